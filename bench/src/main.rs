@@ -1,0 +1,3 @@
+//! Benchmark harness (placeholder until the benchmark issue lands).
+
+fn main() {}

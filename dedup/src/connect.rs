@@ -1,0 +1,80 @@
+//! [`connect`]: a pool with the per-dialect settings the guarantees depend on.
+
+use std::time::Duration;
+
+use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
+use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbErr};
+
+/// Pool size used when the options do not set one. SeaORM's own default for SQLite is a
+/// single connection, which serializes every caller behind one another.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 16;
+
+/// How long SQLite waits for the write lock before giving up with `SQLITE_BUSY`. Writers
+/// queue on this lock; the wait must outlast a burst of concurrent writers.
+pub const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Connects with task-dedup's defaults: see [`connect_with`]. Also turns SeaORM's
+/// per-statement logging off (task-dedup emits its own `tracing` events) and pings a
+/// pooled connection only after it sat idle for 30 s, not on every checkout.
+///
+/// `url` is `sqlite://path?mode=rwc`, `sqlite::memory:`, `postgres://...` or
+/// `mysql://...`; the dialect is chosen from it at run time.
+///
+/// # Errors
+/// [`DbErr`] when the URL is invalid or the database cannot be reached within the
+/// connect timeout.
+///
+/// ```
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let db = task_dedup::connect("sqlite::memory:").await?;
+/// # Ok::<(), sea_orm::DbErr>(())
+/// # }).unwrap();
+/// ```
+pub async fn connect(url: &str) -> Result<DatabaseConnection, DbErr> {
+    let mut options = ConnectOptions::new(url);
+    options
+        .sqlx_logging(false)
+        .test_before_acquire_if_idle_for(Duration::from_secs(30));
+    connect_with(options).await
+}
+
+/// Connects with the caller's options plus what the guarantees need:
+///
+/// - a pool of [`DEFAULT_MAX_CONNECTIONS`] when `max_connections` is unset;
+/// - SQLite files: WAL (readers never block the writer), a busy timeout of
+///   [`SQLITE_BUSY_TIMEOUT`] so concurrent writers wait for the lock instead of failing,
+///   `synchronous = NORMAL` (durable in WAL mode), on every pooled connection;
+/// - in-memory SQLite: one connection kept open, which is the whole database (it
+///   vanishes when the last connection closes, and shared-cache connections would fail
+///   on table locks instead of waiting).
+///
+/// # Errors
+/// As [`connect`].
+pub async fn connect_with(mut options: ConnectOptions) -> Result<DatabaseConnection, DbErr> {
+    let url = options.get_url().to_owned();
+    if url.starts_with("sqlite:") {
+        if is_in_memory(&url) {
+            options
+                .max_connections(1)
+                .min_connections(1)
+                .idle_timeout(None)
+                .max_lifetime(None);
+        } else {
+            if options.get_max_connections().is_none() {
+                options.max_connections(DEFAULT_MAX_CONNECTIONS);
+            }
+            options.map_sqlx_sqlite_opts(|opts| {
+                opts.journal_mode(SqliteJournalMode::Wal)
+                    .busy_timeout(SQLITE_BUSY_TIMEOUT)
+                    .synchronous(SqliteSynchronous::Normal)
+            });
+        }
+    } else if options.get_max_connections().is_none() {
+        options.max_connections(DEFAULT_MAX_CONNECTIONS);
+    }
+    Database::connect(options).await
+}
+
+fn is_in_memory(url: &str) -> bool {
+    url.contains(":memory:") || url.contains("mode=memory")
+}

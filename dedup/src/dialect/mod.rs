@@ -1,0 +1,295 @@
+//! The dialect seam: every statement whose SQL differs between SQLite, PostgreSQL and
+//! MySQL/MariaDB is reached through [`Dialect`], with one file per dialect holding the
+//! same functions in the same order (`insert_if_absent`, `find_active`, `claim`, clock
+//! expressions). Statements that are the same everywhere live here, built once.
+
+use std::sync::LazyLock;
+
+use sea_orm::sea_query::{Expr, ExprTrait, IntoColumnRef, Query, ReturningClause, UpdateStatement};
+use sea_orm::{
+    ConnectionTrait, DbBackend, DbErr, FromQueryResult, Iterable, QueryResult, Statement,
+    TransactionSession, TransactionTrait, Value,
+};
+use task_dedup_entity::{TaskStatus, active_status_sql};
+
+use crate::error::is_active_index_violation;
+use crate::key::TaskKey;
+use crate::task_run::{self, Column};
+
+mod mysql;
+mod postgres;
+mod sqlite;
+
+/// One of the three supported dialects, read from the connection at run time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Dialect {
+    Postgres,
+    Sqlite,
+    MySql,
+}
+
+/// Whether a lookup follows a conflict on the unique index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lookup {
+    /// A plain read of the active task.
+    Plain,
+    /// The insert just hit the index: the conflicting row must be visible even to a
+    /// caller's transaction whose snapshot predates it.
+    AfterConflict,
+}
+
+impl Dialect {
+    pub(crate) fn of<C: ConnectionTrait + ?Sized>(db: &C) -> Result<Dialect, DbErr> {
+        match db.get_database_backend() {
+            DbBackend::Postgres => Ok(Dialect::Postgres),
+            DbBackend::Sqlite => Ok(Dialect::Sqlite),
+            DbBackend::MySql => Ok(Dialect::MySql),
+            other => Err(DbErr::BackendNotSupported {
+                db: other.as_str(),
+                ctx: "task-dedup",
+            }),
+        }
+    }
+
+    fn backend(self) -> DbBackend {
+        match self {
+            Dialect::Postgres => DbBackend::Postgres,
+            Dialect::Sqlite => DbBackend::Sqlite,
+            Dialect::MySql => DbBackend::MySql,
+        }
+    }
+
+    /// Whether `UPDATE ... RETURNING` exists. MySQL has none (and MariaDB's is not in
+    /// MySQL 8), so there a transition is an UPDATE and a read in one short transaction.
+    fn supports_returning(self) -> bool {
+        !matches!(self, Dialect::MySql)
+    }
+
+    /// The `n`-th (1-based) bind parameter.
+    pub(crate) fn param(self, n: usize) -> String {
+        match self {
+            Dialect::Postgres => format!("${n}"),
+            Dialect::Sqlite | Dialect::MySql => "?".to_owned(),
+        }
+    }
+
+    /// Inserts `row` unless the key already has an active task. `true` when this call
+    /// inserted it: never inferred from a count that a no-op could also produce.
+    pub(crate) async fn insert_if_absent<C: ConnectionTrait + ?Sized>(
+        self,
+        db: &C,
+        row: &task_run::Model,
+    ) -> Result<bool, DbErr> {
+        match self {
+            Dialect::Postgres => postgres::insert_if_absent(db, row).await,
+            Dialect::Sqlite => sqlite::insert_if_absent(db, row).await,
+            Dialect::MySql => mysql::insert_if_absent(db, row).await,
+        }
+    }
+
+    /// The active task of `key`, if any.
+    pub(crate) async fn find_active<C: ConnectionTrait + ?Sized>(
+        self,
+        db: &C,
+        key: &TaskKey,
+        lookup: Lookup,
+    ) -> Result<Option<task_run::Model>, DbErr> {
+        let sql = match self {
+            Dialect::Postgres => postgres::find_active_sql(lookup),
+            Dialect::Sqlite => sqlite::find_active_sql(lookup),
+            Dialect::MySql => mysql::find_active_sql(lookup),
+        };
+        let values = [
+            key.user_id().into(),
+            key.task_type().into(),
+            key.resource_key().into(),
+        ];
+        let row = db
+            .query_one_raw(Statement::from_sql_and_values(self.backend(), sql, values))
+            .await?;
+        row.map(|row| model(&row)).transpose()
+    }
+
+    /// Moves the oldest `queued` task (of `task_types`, or any) to `running` under
+    /// `worker_id`'s lease, atomically.
+    pub(crate) async fn claim<C: ConnectionTrait + TransactionTrait + ?Sized>(
+        self,
+        db: &C,
+        worker_id: &str,
+        task_types: &[&str],
+        lease_micros: i64,
+    ) -> Result<Option<task_run::Model>, DbErr> {
+        match self {
+            Dialect::Postgres => postgres::claim(db, worker_id, task_types, lease_micros).await,
+            Dialect::Sqlite => sqlite::claim(db, worker_id, task_types, lease_micros).await,
+            Dialect::MySql => mysql::claim(db, worker_id, task_types, lease_micros).await,
+        }
+    }
+
+    /// The database clock, as an SQL expression of the timestamp columns' type. Lease
+    /// times use it so that workers on several machines agree.
+    pub(crate) fn now(self) -> Expr {
+        Expr::cust(match self {
+            Dialect::Postgres => postgres::NOW,
+            Dialect::Sqlite => sqlite::NOW,
+            Dialect::MySql => mysql::NOW,
+        })
+    }
+
+    /// The database clock plus `micros` (which may be negative).
+    pub(crate) fn now_plus(self, micros: i64) -> Expr {
+        match self {
+            Dialect::Postgres => postgres::now_plus(micros),
+            Dialect::Sqlite => sqlite::now_plus(micros),
+            Dialect::MySql => mysql::now_plus(micros),
+        }
+    }
+
+    /// Runs a compare-and-set UPDATE on one row and returns the row as it is afterwards,
+    /// or `None` when the guard did not match (nothing changed).
+    pub(crate) async fn update_returning<C: ConnectionTrait + TransactionTrait + ?Sized>(
+        self,
+        db: &C,
+        mut update: UpdateStatement,
+        id: uuid::Uuid,
+    ) -> Result<Option<task_run::Model>, DbErr> {
+        update.and_where(Expr::col(Column::Id).eq(id));
+        if self.supports_returning() {
+            update.returning(returning_all());
+            let row = db.query_one(&update).await?;
+            return row.map(|row| model(&row)).transpose();
+        }
+        // The UPDATE's row lock is held until commit, so the read sees exactly what the
+        // UPDATE wrote.
+        let txn = db.begin().await?;
+        let updated = txn.execute(&update).await?.rows_affected();
+        let row = if updated == 1 {
+            let select = Query::select()
+                .columns(Column::iter())
+                .from(task_run::Entity)
+                .and_where(Expr::col(Column::Id).eq(id))
+                .to_owned();
+            txn.query_one(&select).await?
+        } else {
+            None
+        };
+        txn.commit().await?;
+        row.map(|row| model(&row)).transpose()
+    }
+}
+
+/// `RETURNING` every entity column.
+fn returning_all() -> ReturningClause {
+    Query::returning().columns(Column::iter().map(IntoColumnRef::into_column_ref))
+}
+
+/// Maps a row of [`COLUMNS`] to the model.
+pub(crate) fn model(row: &QueryResult) -> Result<task_run::Model, DbErr> {
+    task_run::Model::from_query_result(row, "")
+}
+
+/// Every entity column, in entity order: what lookups select and updates return. The
+/// MySQL marker column is left out on purpose.
+pub(crate) static COLUMNS: LazyLock<String> = LazyLock::new(|| {
+    Column::iter()
+        .map(|column| sea_orm::IdenStatic::as_str(&column))
+        .collect::<Vec<_>>()
+        .join(", ")
+});
+
+/// The columns a new task is inserted with, in the order of [`insert_values`]. The other
+/// columns start NULL.
+const INSERT_COLUMNS: &str =
+    "id, user_id, task_type, resource_key, status, payload, attempts, created_at, updated_at";
+
+/// The values of a new task, in the order of [`INSERT_COLUMNS`].
+fn insert_values(row: &task_run::Model) -> Vec<Value> {
+    vec![
+        row.id.into(),
+        row.user_id.clone().into(),
+        row.task_type.clone().into(),
+        row.resource_key.clone().into(),
+        row.status.as_str().into(),
+        row.payload.clone().into(),
+        row.attempts.into(),
+        row.created_at.into(),
+        row.updated_at.into(),
+    ]
+}
+
+/// `INSERT INTO task_run (...) VALUES (...)` followed by `suffix`.
+fn insert_sql(dialect: Dialect, suffix: &str) -> String {
+    let params: Vec<String> = (1..=9).map(|n| dialect.param(n)).collect();
+    format!(
+        "INSERT INTO task_run ({INSERT_COLUMNS}) VALUES ({}){suffix}",
+        params.join(", ")
+    )
+}
+
+/// Runs a plain INSERT of `row`: `Ok(false)` when it hit `task_active_resource_uidx`.
+/// For the dialects where a failed statement leaves the transaction usable.
+async fn insert_or_conflict<C: ConnectionTrait + ?Sized>(
+    db: &C,
+    backend: DbBackend,
+    sql: &str,
+    row: &task_run::Model,
+) -> Result<bool, DbErr> {
+    let result = db
+        .execute_raw(Statement::from_sql_and_values(
+            backend,
+            sql,
+            insert_values(row),
+        ))
+        .await;
+    match result {
+        Ok(_) => Ok(true),
+        Err(err) if is_active_index_violation(&err) => Ok(false),
+        Err(err) => Err(err),
+    }
+}
+
+/// The active task of a key, followed by `suffix`.
+fn find_active_sql(dialect: Dialect, suffix: &str) -> String {
+    format!(
+        "SELECT {columns} FROM task_run WHERE user_id = {p1} AND task_type = {p2} \
+         AND resource_key = {p3} AND {active}{suffix}",
+        columns = *COLUMNS,
+        p1 = dialect.param(1),
+        p2 = dialect.param(2),
+        p3 = dialect.param(3),
+        active = active_status_sql(),
+    )
+}
+
+/// The claim's SET clause, `params_before` parameters in: owner and lease length.
+fn claim_set_sql(dialect: Dialect, params_before: usize, now: &str, lease_end: &str) -> String {
+    format!(
+        "status = '{running}', attempts = attempts + 1, lease_owner = {owner}, \
+         lease_expires_at = {lease_end}, started_at = {now}, updated_at = {now}",
+        running = TaskStatus::Running.as_str(),
+        owner = dialect.param(params_before + 1),
+    )
+}
+
+/// The oldest queued task's id (of `type_count` task types given as parameters from
+/// `params_before + 1` on, or of any type), followed by `suffix`.
+fn next_queued_sql(
+    dialect: Dialect,
+    params_before: usize,
+    type_count: usize,
+    suffix: &str,
+) -> String {
+    let types = if type_count == 0 {
+        String::new()
+    } else {
+        let params: Vec<String> = (1..=type_count)
+            .map(|n| dialect.param(params_before + n))
+            .collect();
+        format!(" AND task_type IN ({})", params.join(", "))
+    };
+    format!(
+        "SELECT id FROM task_run WHERE status = '{queued}'{types} \
+         ORDER BY created_at, id LIMIT 1{suffix}",
+        queued = TaskStatus::Queued.as_str(),
+    )
+}

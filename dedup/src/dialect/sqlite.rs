@@ -1,0 +1,93 @@
+//! SQLite: a plain INSERT against the partial unique index, claims in one `UPDATE`
+//! (SQLite has no row locks; one statement is atomic under its write lock).
+
+use std::sync::LazyLock;
+
+use sea_orm::sea_query::Expr;
+use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, TransactionTrait};
+
+use super::{
+    COLUMNS, Dialect, Lookup, claim_set_sql, find_active_sql as select_active, insert_or_conflict,
+    insert_sql, model, next_queued_sql,
+};
+use crate::task_run;
+
+static INSERT: LazyLock<String> = LazyLock::new(|| insert_sql(Dialect::Sqlite, ""));
+
+static FIND_ACTIVE: LazyLock<String> = LazyLock::new(|| select_active(Dialect::Sqlite, ""));
+
+/// A plain INSERT, and the unique violation of our index means "exists": a failed
+/// statement does not end an SQLite transaction. Not `ON CONFLICT ... DO NOTHING`: that
+/// clause is checked against the schema when the statement is prepared, and a pooled
+/// connection opened before the index was created still has the old schema, so it
+/// fails ("ON CONFLICT clause does not match any PRIMARY KEY or UNIQUE constraint")
+/// instead of being re-prepared. A plain INSERT is re-prepared on the schema change.
+/// One write statement takes the write lock at once (waiting out `busy_timeout`): no
+/// read-to-write upgrade that could fail with SQLITE_BUSY.
+pub(super) async fn insert_if_absent<C: ConnectionTrait + ?Sized>(
+    db: &C,
+    row: &task_run::Model,
+) -> Result<bool, DbErr> {
+    insert_or_conflict(db, DbBackend::Sqlite, &INSERT, row).await
+}
+
+/// Writers are serialized, so the conflicting row is committed and visible.
+pub(super) fn find_active_sql(_lookup: Lookup) -> &'static str {
+    &FIND_ACTIVE
+}
+
+/// SQLite drops `FOR UPDATE SKIP LOCKED`; a single UPDATE with the selection as a
+/// subquery is atomic under the database write lock, so no two workers get one task.
+pub(super) async fn claim<C: ConnectionTrait + TransactionTrait + ?Sized>(
+    db: &C,
+    worker_id: &str,
+    task_types: &[&str],
+    lease_micros: i64,
+) -> Result<Option<task_run::Model>, DbErr> {
+    let sql = format!(
+        "UPDATE task_run SET {set} WHERE id = ({next}) RETURNING {columns}",
+        set = claim_set_sql(Dialect::Sqlite, 0, NOW, LEASE_END),
+        next = next_queued_sql(Dialect::Sqlite, 2, task_types.len(), ""),
+        columns = *COLUMNS,
+    );
+    let mut values = vec![worker_id.into(), seconds_modifier(lease_micros).into()];
+    values.extend(task_types.iter().map(|t| (*t).into()));
+    let row = db
+        .query_one_raw(Statement::from_sql_and_values(
+            DbBackend::Sqlite,
+            sql,
+            values,
+        ))
+        .await?;
+    row.map(|row| model(&row)).transpose()
+}
+
+/// The text shape sqlx writes for `DateTime<Utc>` (RFC 3339, `+00:00`), so values the
+/// database writes and values the library writes compare correctly as text. SQLite's
+/// clock has millisecond resolution.
+pub(super) const NOW: &str = "strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now')";
+
+/// The claim's lease end, from its second parameter (a `'+N seconds'` modifier).
+const LEASE_END: &str = "strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?)";
+
+pub(super) fn now_plus(micros: i64) -> Expr {
+    Expr::cust_with_values(LEASE_END, [seconds_modifier(micros)])
+}
+
+/// A date-function modifier such as `+30.000000 seconds`.
+fn seconds_modifier(micros: i64) -> String {
+    let sign = if micros < 0 { '-' } else { '+' };
+    let abs = micros.unsigned_abs();
+    format!("{sign}{}.{:06} seconds", abs / 1_000_000, abs % 1_000_000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::seconds_modifier;
+
+    #[test]
+    fn modifier_keeps_sign_and_microseconds() {
+        assert_eq!(seconds_modifier(30_000_000), "+30.000000 seconds");
+        assert_eq!(seconds_modifier(-1_500), "-0.001500 seconds");
+    }
+}

@@ -1,0 +1,118 @@
+//! [`TaskKey`] and [`NewTask`]: validated input, checked before any SQL runs.
+
+use std::fmt;
+
+use crate::error::{DedupError, KeyField, check_text};
+use crate::task_run::{RESOURCE_KEY_MAX_CHARS, TASK_TYPE_MAX_CHARS, USER_ID_MAX_CHARS};
+
+/// The dedup key: at most one task per key is active at a time.
+///
+/// Keys are byte-exact on every dialect: `"a"`, `"A"` and `"a "` are three keys.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TaskKey {
+    user_id: String,
+    task_type: String,
+    resource_key: String,
+}
+
+impl TaskKey {
+    /// Validates and builds a key.
+    ///
+    /// # Errors
+    /// [`DedupError::InvalidKey`] naming the field when a part is empty, longer than its
+    /// column (`user_id` and `task_type` 64 characters, `resource_key` 255; within the
+    /// MySQL index limit of 3072 bytes even at 4 bytes a character), or contains a NUL
+    /// byte.
+    ///
+    /// ```
+    /// use task_dedup::{DedupError, KeyField, TaskKey};
+    ///
+    /// let key = TaskKey::new("user-1", "render", "document/42")?;
+    /// assert_eq!(key.resource_key(), "document/42");
+    ///
+    /// let err = TaskKey::new("user-1", "", "document/42").unwrap_err();
+    /// assert!(matches!(err, DedupError::InvalidKey { field: KeyField::TaskType, .. }));
+    /// # Ok::<(), DedupError>(())
+    /// ```
+    pub fn new(
+        user_id: impl Into<String>,
+        task_type: impl Into<String>,
+        resource_key: impl Into<String>,
+    ) -> Result<TaskKey, DedupError> {
+        let key = TaskKey {
+            user_id: user_id.into(),
+            task_type: task_type.into(),
+            resource_key: resource_key.into(),
+        };
+        for (field, value, max_chars) in [
+            (KeyField::UserId, &key.user_id, USER_ID_MAX_CHARS),
+            (KeyField::TaskType, &key.task_type, TASK_TYPE_MAX_CHARS),
+            (
+                KeyField::ResourceKey,
+                &key.resource_key,
+                RESOURCE_KEY_MAX_CHARS,
+            ),
+        ] {
+            check_text(value, max_chars)
+                .map_err(|reason| DedupError::InvalidKey { field, reason })?;
+        }
+        Ok(key)
+    }
+
+    /// Who the task belongs to.
+    pub fn user_id(&self) -> &str {
+        &self.user_id
+    }
+
+    /// What kind of work it is.
+    pub fn task_type(&self) -> &str {
+        &self.task_type
+    }
+
+    /// What the work is about.
+    pub fn resource_key(&self) -> &str {
+        &self.resource_key
+    }
+}
+
+impl fmt::Display for TaskKey {
+    /// `("user", "type", "resource")`, quoted so that spaces and empty-looking parts show.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "({:?}, {:?}, {:?})",
+            self.user_id, self.task_type, self.resource_key
+        )
+    }
+}
+
+/// A task to enqueue: its key and an optional JSON payload.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewTask {
+    pub(crate) key: TaskKey,
+    pub(crate) payload: Option<serde_json::Value>,
+}
+
+impl NewTask {
+    /// A task for `key`, without payload.
+    pub fn new(key: TaskKey) -> NewTask {
+        NewTask { key, payload: None }
+    }
+
+    /// Attaches the caller's input. On a dedup hit the payload of the task already in
+    /// flight is kept; this one is not stored.
+    pub fn with_payload(mut self, payload: serde_json::Value) -> NewTask {
+        self.payload = Some(payload);
+        self
+    }
+
+    /// The task's key.
+    pub fn key(&self) -> &TaskKey {
+        &self.key
+    }
+
+    /// The task's payload.
+    pub fn payload(&self) -> Option<&serde_json::Value> {
+        self.payload.as_ref()
+    }
+}

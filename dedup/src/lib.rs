@@ -1,0 +1,37 @@
+//! Atomic, resource-scoped task deduplication for SeaORM applications.
+//!
+//! For every `(user_id, task_type, resource_key)` at most one task is *active*
+//! (`queued` or `running`). A unique index enforces it on SQLite, PostgreSQL and
+//! MySQL/MariaDB, and [`TaskDedup::find_or_enqueue`] returns either the task it created
+//! or the one already in flight, even under a storm of concurrent requests.
+//!
+//! ```
+//! use task_dedup::{NewTask, TaskDedup, TaskKey};
+//! use task_dedup_migration::{Migrator, MigratorTrait};
+//!
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let db = task_dedup::connect("sqlite::memory:").await?;
+//! Migrator::up(&db, None).await?;
+//!
+//! let key = TaskKey::new("user-1", "export", "report/2026-11")?;
+//! let outcome = db.find_or_enqueue(NewTask::new(key)).await?;
+//! println!("{} task {}", if outcome.is_created() { "created" } else { "existing" }, outcome.task().id);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! ```
+
+mod connect;
+mod connection;
+mod dialect;
+mod enqueue;
+mod error;
+mod key;
+mod worker;
+
+pub use connect::{DEFAULT_MAX_CONNECTIONS, SQLITE_BUSY_TIMEOUT, connect, connect_with};
+pub use connection::DedupConnection;
+pub use enqueue::{Enqueued, MAX_ENQUEUE_ATTEMPTS, TaskDedup};
+pub use error::{DedupError, InvalidReason, KeyField, Transition};
+pub use key::{NewTask, TaskKey};
+pub use task_dedup_entity::{TaskStatus, active_status_sql, task_run};
+pub use worker::{MAX_LEASE, ReapReport, TaskWorker};

@@ -1,0 +1,282 @@
+//! The dialect-matrix harness.
+//!
+//! Each integration test is written once, as `async fn name(db: &TestDb)`, and
+//! [`matrix!`] runs it on SQLite (always) and on PostgreSQL and MySQL/MariaDB when
+//! `TASK_DEDUP_POSTGRES_URL` / `TASK_DEDUP_MYSQL_URL` are set. Every run gets a database
+//! of its own, so tests run in parallel without seeing each other's rows.
+//!
+//! A dialect without a URL (or with an unreachable server) is skipped with a line on
+//! stderr, unless `CI=true`: then it fails the test.
+
+#![allow(dead_code, unreachable_pub)]
+
+pub mod rows;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
+use task_dedup_migration::{Migrator, MigratorTrait};
+use tokio::sync::{Semaphore, SemaphorePermit};
+
+/// Runs each named `async fn(&TestDb)` of the calling file on every dialect, as
+/// `<name>::sqlite`, `<name>::postgres` and `<name>::mysql`.
+#[macro_export]
+macro_rules! matrix {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                use $crate::common::{run, Dialect};
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn sqlite() {
+                    run(Dialect::Sqlite, stringify!($name), super::$name).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn postgres() {
+                    run(Dialect::Postgres, stringify!($name), super::$name).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn mysql() {
+                    run(Dialect::MySql, stringify!($name), super::$name).await;
+                }
+            }
+        )*
+    };
+}
+
+/// A database the harness can provide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    Sqlite,
+    Postgres,
+    MySql,
+}
+
+impl Dialect {
+    fn env_var(self) -> Option<&'static str> {
+        match self {
+            Dialect::Sqlite => None,
+            Dialect::Postgres => Some("TASK_DEDUP_POSTGRES_URL"),
+            Dialect::MySql => Some("TASK_DEDUP_MYSQL_URL"),
+        }
+    }
+
+    pub fn backend(self) -> DbBackend {
+        match self {
+            Dialect::Sqlite => DbBackend::Sqlite,
+            Dialect::Postgres => DbBackend::Postgres,
+            Dialect::MySql => DbBackend::MySql,
+        }
+    }
+}
+
+/// Connections the big pools of one test binary may hold at once, per dialect; each
+/// test's own pool ([`TEST_POOL`]) comes on top.
+const BUDGET: u32 = 72;
+
+/// The size of [`TestDb::db`].
+pub const TEST_POOL: u32 = 8;
+
+static CONNECTION_BUDGET: [Semaphore; 3] = [
+    Semaphore::const_new(BUDGET as usize),
+    Semaphore::const_new(BUDGET as usize),
+    Semaphore::const_new(BUDGET as usize),
+];
+
+/// A pool from [`TestDb::pool`]; derefs to the connection.
+pub struct Pool {
+    pub db: DatabaseConnection,
+    _permit: SemaphorePermit<'static>,
+}
+
+impl std::ops::Deref for Pool {
+    type Target = DatabaseConnection;
+
+    fn deref(&self) -> &DatabaseConnection {
+        &self.db
+    }
+}
+
+/// A fresh, empty database of one dialect, with a pool on it.
+pub struct TestDb {
+    pub dialect: Dialect,
+    /// URL of this test's own database.
+    pub url: String,
+    /// A pool of [`TEST_POOL`] connections with task-dedup's settings.
+    pub db: DatabaseConnection,
+    cleanup: Cleanup,
+}
+
+enum Cleanup {
+    Files(PathBuf),
+    Drop { admin_url: String, name: String },
+}
+
+impl TestDb {
+    /// Applies task-dedup's migrations.
+    pub async fn migrate(&self) {
+        Migrator::up(&self.db, None)
+            .await
+            .expect("migrations apply");
+    }
+
+    /// Another pool on the same database, of `max_connections` connections, all opened
+    /// up front so a race starts with every caller on its own live connection.
+    ///
+    /// Big pools share a per-dialect budget, so that the tests running in parallel stay
+    /// under PostgreSQL's default `max_connections = 100`.
+    pub async fn pool(&self, max_connections: u32) -> Pool {
+        let budget = &CONNECTION_BUDGET[self.dialect as usize];
+        let permit = budget
+            .acquire_many(max_connections.min(BUDGET))
+            .await
+            .expect("budget semaphore is never closed");
+        let mut options = sea_orm::ConnectOptions::new(self.url.clone());
+        options
+            .max_connections(max_connections)
+            .min_connections(max_connections)
+            .sqlx_logging(false);
+        let db = task_dedup::connect_with(options).await.expect("pool opens");
+        Pool {
+            db,
+            _permit: permit,
+        }
+    }
+
+    /// Runs SQL that takes no parameters.
+    pub async fn exec(&self, sql: &str) {
+        self.db
+            .execute_unprepared(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
+    /// Builds a statement for this dialect.
+    pub fn stmt(&self, sql: &str, values: Vec<sea_orm::Value>) -> Statement {
+        Statement::from_sql_and_values(self.dialect.backend(), sql, values)
+    }
+
+    async fn create(dialect: Dialect, test: &str) -> Result<TestDb, String> {
+        let unique = format!("{}_{}", short(test), uuid::Uuid::now_v7().simple());
+        match dialect {
+            Dialect::Sqlite => {
+                let dir = std::env::temp_dir().join("task-dedup-tests");
+                std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+                let path = dir.join(format!("{unique}.db"));
+                let url = format!("sqlite://{}?mode=rwc", path.display());
+                let db = test_pool(&url).await?;
+                Ok(TestDb {
+                    dialect,
+                    url,
+                    db,
+                    cleanup: Cleanup::Files(path),
+                })
+            }
+            Dialect::Postgres | Dialect::MySql => {
+                let var = dialect
+                    .env_var()
+                    .expect("server dialects have a URL variable");
+                let admin_url = std::env::var(var).map_err(|_| format!("{var} is not set"))?;
+                let name = format!("tdt_{unique}");
+                let admin = task_dedup::connect(&admin_url)
+                    .await
+                    .map_err(|e| format!("{var}: {e}"))?;
+                admin
+                    .execute_unprepared(&format!("CREATE DATABASE {name}"))
+                    .await
+                    .map_err(|e| format!("CREATE DATABASE {name}: {e}"))?;
+                admin.close().await.map_err(|e| e.to_string())?;
+                let url = with_database(&admin_url, &name);
+                let db = test_pool(&url).await?;
+                Ok(TestDb {
+                    dialect,
+                    url,
+                    db,
+                    cleanup: Cleanup::Drop { admin_url, name },
+                })
+            }
+        }
+    }
+
+    async fn remove(self) {
+        let _ = self.db.close().await;
+        match self.cleanup {
+            Cleanup::Files(path) => {
+                for suffix in ["", "-wal", "-shm"] {
+                    let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+                }
+            }
+            Cleanup::Drop { admin_url, name } => {
+                let force = if self.dialect == Dialect::Postgres {
+                    " WITH (FORCE)"
+                } else {
+                    ""
+                };
+                if let Ok(admin) = task_dedup::connect(&admin_url).await {
+                    let _ = admin
+                        .execute_unprepared(&format!("DROP DATABASE IF EXISTS {name}{force}"))
+                        .await;
+                    let _ = admin.close().await;
+                }
+            }
+        }
+    }
+}
+
+async fn test_pool(url: &str) -> Result<DatabaseConnection, String> {
+    let mut options = sea_orm::ConnectOptions::new(url);
+    options.max_connections(TEST_POOL).sqlx_logging(false);
+    task_dedup::connect_with(options)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Runs `test` on a fresh database of `dialect`, or reports the dialect as skipped.
+pub async fn run(dialect: Dialect, test: &str, body: impl AsyncFnOnce(&TestDb)) {
+    let db = match TestDb::create(dialect, test).await {
+        Ok(db) => db,
+        Err(why) if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("{dialect:?} is required under CI=true but unavailable: {why}")
+        }
+        Err(why) => {
+            report_skip(dialect, &why);
+            return;
+        }
+    };
+    body(&db).await;
+    db.remove().await;
+}
+
+/// Says once per test binary and dialect that it was skipped. Written to the stderr
+/// handle directly: libtest captures `eprintln!` of passing tests.
+fn report_skip(dialect: Dialect, why: &str) {
+    static SAID: [OnceLock<()>; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    SAID[dialect as usize].get_or_init(|| {
+        let _ = writeln!(
+            std::io::stderr(),
+            "\n[task-dedup tests] skipped {dialect:?}: {why}"
+        );
+    });
+}
+
+/// The same server URL with another database in its path.
+pub fn with_database(url: &str, database: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, format!("?{query}")),
+        None => (url, String::new()),
+    };
+    let authority_start = base.find("://").map_or(0, |i| i + 3);
+    let host_end = base[authority_start..]
+        .find('/')
+        .map_or(base.len(), |i| authority_start + i);
+    format!("{}/{database}{query}", &base[..host_end])
+}
+
+/// Database names are limited to 63 (PostgreSQL) / 64 (MySQL) characters.
+fn short(test: &str) -> String {
+    test.chars().take(24).collect()
+}

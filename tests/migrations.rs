@@ -1,0 +1,438 @@
+//! Migrations, the unique index they create, and the compat patch, on every dialect.
+
+mod common;
+
+use common::rows::{self, at, is_unique_violation};
+use common::{Dialect, TestDb};
+use sea_orm::{ConnectionTrait, Statement};
+use sea_orm_migration::prelude::*;
+use task_dedup::TaskStatus::{Cancelled, Failed, Queued, Running, Succeeded};
+use task_dedup_migration::{Migrator, ensure_schema};
+
+matrix!(
+    up_down_up_leaves_schema_identical,
+    up_twice_is_a_noop,
+    index_admits_one_active_row_per_key,
+    keys_are_byte_exact,
+    timestamps_and_text_round_trip_exactly,
+    migration_cancels_duplicate_active_rows,
+    ensure_schema_upgrades_a_legacy_table,
+    ensure_schema_after_migrations_changes_nothing,
+    migrations_splice_into_an_application_migrator,
+);
+
+/// What the schema of `task_run` looks like, as the database describes it.
+async fn schema(db: &TestDb) -> Vec<String> {
+    if !has_table(db, "task_run").await {
+        return Vec::new();
+    }
+    let sql = match db.dialect {
+        Dialect::Sqlite => {
+            "SELECT type || ' ' || name || ': ' || COALESCE(sql, '') AS line FROM sqlite_master \
+             WHERE tbl_name = 'task_run' ORDER BY type, name"
+        }
+        Dialect::Postgres => {
+            "SELECT column_name || ' ' || data_type || ' ' || is_nullable || ' ' \
+                    || COALESCE(column_default, '') || ' ' \
+                    || COALESCE(character_maximum_length::text, '') || ' ' \
+                    || COALESCE(datetime_precision::text, '') AS line \
+             FROM information_schema.columns WHERE table_name = 'task_run' \
+             UNION ALL SELECT indexdef FROM pg_indexes WHERE tablename = 'task_run' ORDER BY 1"
+        }
+        Dialect::MySql => "SHOW CREATE TABLE task_run",
+    };
+    let rows = db
+        .db
+        .query_all_raw(Statement::from_string(db.dialect.backend(), sql))
+        .await
+        .expect("schema query");
+    rows.iter()
+        .map(|row| match db.dialect {
+            Dialect::MySql => row
+                .try_get_by_index::<String>(1)
+                .expect("create table text"),
+            _ => row.try_get::<String>("", "line").expect("schema line"),
+        })
+        .collect()
+}
+
+async fn has_table(db: &TestDb, table: &str) -> bool {
+    SchemaManager::new(&db.db)
+        .has_table(table)
+        .await
+        .expect("has_table")
+}
+
+async fn up_down_up_leaves_schema_identical(db: &TestDb) {
+    Migrator::up(&db.db, None).await.expect("up");
+    let first = schema(db).await;
+    assert!(
+        first
+            .iter()
+            .any(|line| line.contains("task_active_resource_uidx")),
+        "{first:#?}"
+    );
+
+    Migrator::down(&db.db, None).await.expect("down");
+    assert!(!has_table(db, "task_run").await);
+    assert!(schema(db).await.is_empty());
+
+    Migrator::up(&db.db, None).await.expect("up again");
+    assert_eq!(schema(db).await, first);
+}
+
+async fn up_twice_is_a_noop(db: &TestDb) {
+    Migrator::up(&db.db, None).await.expect("up");
+    let before = schema(db).await;
+    Migrator::up(&db.db, None).await.expect("second up");
+    assert_eq!(schema(db).await, before);
+    assert!(
+        Migrator::get_pending_migrations(&db.db)
+            .await
+            .expect("status")
+            .is_empty()
+    );
+    assert_eq!(
+        Migrator::get_applied_migrations(&db.db)
+            .await
+            .expect("status")
+            .len(),
+        2
+    );
+}
+
+async fn index_admits_one_active_row_per_key(db: &TestDb) {
+    db.migrate().await;
+    for (n, (first, second)) in [
+        (Queued, Queued),
+        (Queued, Running),
+        (Running, Queued),
+        (Running, Running),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let key = ("u", "t", &*format!("combo-{n}"));
+        rows::insert(&db.db, key, first, at(0))
+            .await
+            .expect("first active row");
+        let err = rows::insert(&db.db, key, second, at(1))
+            .await
+            .expect_err("second active row must be rejected");
+        assert!(
+            is_unique_violation(&err),
+            "{first:?} then {second:?}: {err}"
+        );
+    }
+
+    // Finished rows never conflict, with each other or with the one active row.
+    let key = ("u", "t", "history");
+    for status in [Succeeded, Failed, Cancelled, Succeeded, Failed, Cancelled] {
+        rows::insert(&db.db, key, status, at(0))
+            .await
+            .expect("finished row");
+    }
+    rows::insert(&db.db, key, Running, at(1))
+        .await
+        .expect("active row next to history");
+
+    // Keys that differ in any one part are different keys.
+    for key in [
+        ("u", "t", "r"),
+        ("u2", "t", "r"),
+        ("u", "t2", "r"),
+        ("u", "t", "r2"),
+    ] {
+        rows::insert(&db.db, key, Queued, at(0))
+            .await
+            .expect("distinct key");
+    }
+    assert_eq!(rows::all(&db.db).await.len(), 4 + 7 + 4);
+}
+
+async fn keys_are_byte_exact(db: &TestDb) {
+    db.migrate().await;
+    let variants = [
+        "doc",
+        "Doc",
+        "DOC",
+        "doc ",
+        "doc  ",
+        " doc",
+        "café",
+        "cafe\u{301}",
+    ];
+    for part in 0..3 {
+        for variant in variants {
+            let mut key = ["u", "t", "r"];
+            key[part] = variant;
+            rows::insert(&db.db, (key[0], key[1], key[2]), Queued, at(0))
+                .await
+                .unwrap_or_else(|e| panic!("part {part} = {variant:?} must be its own key: {e}"));
+        }
+        // ...and each variant is still exactly one key.
+        let mut key = ["u", "t", "r"];
+        key[part] = "doc ";
+        let err = rows::insert(&db.db, (key[0], key[1], key[2]), Running, at(1))
+            .await
+            .expect_err("same bytes, same key");
+        assert!(is_unique_violation(&err));
+    }
+}
+
+async fn timestamps_and_text_round_trip_exactly(db: &TestDb) {
+    db.migrate().await;
+    let text = "🦀 café ";
+    let created = at(0);
+    let id = rows::insert(&db.db, ("ü", "t", text), Queued, created)
+        .await
+        .expect("insert");
+    let row = rows::all(&db.db).await.remove(0);
+    assert_eq!(row.id, id);
+    assert_eq!(row.resource_key, text);
+    assert_eq!(row.user_id, "ü");
+    assert_eq!(row.created_at, created, "microseconds survive");
+    assert_eq!(row.created_at.timestamp_subsec_micros(), 123_456);
+}
+
+async fn migration_cancels_duplicate_active_rows(db: &TestDb) {
+    // The table as the first migration leaves it, before the unique index exists, with
+    // the duplicates an old read-then-insert flow produced.
+    Migrator::up(&db.db, Some(1))
+        .await
+        .expect("first migration");
+    let a = ("u", "t", "a");
+    let a_oldest = rows::insert(&db.db, a, Running, at(10))
+        .await
+        .expect("seed");
+    let a_dup1 = rows::insert(&db.db, a, Queued, at(11)).await.expect("seed");
+    let a_dup2 = rows::insert(&db.db, a, Queued, at(12)).await.expect("seed");
+    let a_done = rows::insert(&db.db, a, Succeeded, at(5))
+        .await
+        .expect("seed");
+    let b = ("u", "t", "b");
+    let b_oldest = rows::insert(&db.db, b, Queued, at(20)).await.expect("seed");
+    let b_dup = rows::insert(&db.db, b, Queued, at(21)).await.expect("seed");
+    let c_only = rows::insert(&db.db, ("u", "t", "c"), Queued, at(30))
+        .await
+        .expect("seed");
+    let before = rows::all(&db.db).await;
+
+    Migrator::up(&db.db, None).await.expect("index migration");
+
+    let after = rows::all(&db.db).await;
+    assert_eq!(after.len(), before.len(), "nothing is deleted");
+    let find = |id| after.iter().find(|row| row.id == id).expect("row kept");
+    for (kept, status) in [
+        (a_oldest, Running),
+        (b_oldest, Queued),
+        (c_only, Queued),
+        (a_done, Succeeded),
+    ] {
+        assert_eq!(find(kept).status, status);
+        assert_eq!(find(kept).error, None);
+    }
+    for (dup, superseded_by) in [(a_dup1, a_oldest), (a_dup2, a_oldest), (b_dup, b_oldest)] {
+        let row = find(dup);
+        assert_eq!(row.status, Cancelled);
+        assert!(row.finished_at.is_some());
+        let error = row
+            .error
+            .as_deref()
+            .expect("error names the superseding task");
+        assert!(error.contains(&superseded_by.to_string()), "{error}");
+    }
+    let active = after.iter().filter(|row| row.status.is_active()).count();
+    assert_eq!(active, 3);
+
+    // The guarantee now holds.
+    let err = rows::insert(&db.db, a, Queued, at(40))
+        .await
+        .expect_err("index exists");
+    assert!(is_unique_violation(&err));
+}
+
+/// A `task_run` made by hand before the migrations existed: no unique index, none of the
+/// lease columns and, on MySQL/MariaDB, key columns with the default case-insensitive
+/// collation.
+async fn create_legacy_table(db: &TestDb) {
+    let (uuid, json, time) = match db.dialect {
+        Dialect::Sqlite => ("uuid_text", "json_text", "timestamp_with_timezone_text"),
+        Dialect::Postgres => ("uuid", "jsonb", "timestamptz"),
+        Dialect::MySql => ("binary(16)", "json", "datetime(6)"),
+    };
+    db.exec(&format!(
+        "CREATE TABLE task_run (
+            id {uuid} NOT NULL PRIMARY KEY,
+            user_id varchar(64) NOT NULL,
+            task_type varchar(64) NOT NULL,
+            resource_key varchar(255) NOT NULL,
+            status varchar(16) NOT NULL,
+            payload {json},
+            result {json},
+            error text,
+            attempts integer NOT NULL DEFAULT 0,
+            created_at {time} NOT NULL,
+            updated_at {time} NOT NULL
+        )"
+    ))
+    .await;
+    db.exec("CREATE INDEX legacy_status_idx ON task_run (status)")
+        .await;
+}
+
+async fn ensure_schema_upgrades_a_legacy_table(db: &TestDb) {
+    create_legacy_table(db).await;
+    let key = ("u", "t", "doc");
+    let oldest = rows::insert(&db.db, key, Queued, at(0))
+        .await
+        .expect("seed");
+    let dup = rows::insert(&db.db, key, Running, at(1))
+        .await
+        .expect("seed");
+    // Different bytes, so a different key, though MySQL's default collation says equal.
+    let other_case = rows::insert(&db.db, ("u", "t", "DOC"), Queued, at(2))
+        .await
+        .expect("seed");
+
+    let report = ensure_schema(&db.db).await.expect("compat patch");
+    assert!(!report.created_table);
+    assert_eq!(report.cancelled_duplicates, 1, "{report}");
+    assert_eq!(
+        report.added_columns,
+        [
+            "lease_owner",
+            "lease_expires_at",
+            "started_at",
+            "finished_at"
+        ]
+    );
+    for index in [
+        "task_run_lookup_idx",
+        "task_run_claim_idx",
+        "task_active_resource_uidx",
+    ] {
+        assert!(report.created_indexes.contains(&index), "{report}");
+    }
+    match db.dialect {
+        Dialect::MySql => {
+            assert_eq!(
+                report.converted_columns,
+                ["user_id", "task_type", "resource_key"]
+            );
+            assert!(report.added_marker_column);
+        }
+        Dialect::Sqlite | Dialect::Postgres => {
+            assert!(report.converted_columns.is_empty());
+            assert!(!report.added_marker_column);
+        }
+    }
+
+    let rows = rows::all(&db.db).await;
+    assert_eq!(rows.len(), 3);
+    let status = |id| rows.iter().find(|row| row.id == id).expect("row").status;
+    assert_eq!(
+        (status(oldest), status(dup), status(other_case)),
+        (Queued, Cancelled, Queued)
+    );
+
+    let err = rows::insert(&db.db, key, Running, at(3))
+        .await
+        .expect_err("guarantee holds");
+    assert!(is_unique_violation(&err));
+    rows::insert(&db.db, ("u", "t", "doc "), Running, at(3))
+        .await
+        .expect("trailing space is another key");
+
+    let again = ensure_schema(&db.db).await.expect("second call");
+    assert!(again.is_unchanged(), "{again}");
+    // The migrations run cleanly on top and change nothing either.
+    let before = schema(db).await;
+    Migrator::up(&db.db, None)
+        .await
+        .expect("migrations after the compat patch");
+    assert_eq!(schema(db).await, before);
+}
+
+async fn ensure_schema_after_migrations_changes_nothing(db: &TestDb) {
+    db.migrate().await;
+    let report = ensure_schema(&db.db).await.expect("compat patch");
+    assert!(report.is_unchanged(), "{report}");
+
+    // On an empty database it creates everything, and is a no-op the second time.
+    Migrator::down(&db.db, None).await.expect("down");
+    let report = ensure_schema(&db.db).await.expect("compat patch");
+    assert!(report.created_table, "{report}");
+    assert_eq!(report.created_indexes.len(), 3, "{report}");
+    assert!(ensure_schema(&db.db).await.expect("again").is_unchanged());
+}
+
+/// An application's own migration, next to task-dedup's.
+struct CreateWidget;
+
+impl MigrationName for CreateWidget {
+    fn name(&self) -> &str {
+        "m20270101_000001_create_widget"
+    }
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for CreateWidget {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .create_table(
+                Table::create()
+                    .table("app_widget")
+                    .col(ColumnDef::new("id").integer().not_null().primary_key())
+                    .col(ColumnDef::new("name").string().not_null())
+                    .to_owned(),
+            )
+            .await
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .drop_table(Table::drop().table("app_widget").to_owned())
+            .await
+    }
+}
+
+struct AppMigrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for AppMigrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        let mut migrations = task_dedup_migration::migrations();
+        migrations.push(Box::new(CreateWidget));
+        migrations
+    }
+}
+
+async fn migrations_splice_into_an_application_migrator(db: &TestDb) {
+    AppMigrator::up(&db.db, None)
+        .await
+        .expect("spliced migrations apply");
+    assert!(has_table(db, "task_run").await && has_table(db, "app_widget").await);
+    let applied: Vec<String> = AppMigrator::get_applied_migrations(&db.db)
+        .await
+        .expect("status")
+        .iter()
+        .map(|m| m.name().to_owned())
+        .collect();
+    assert_eq!(
+        applied,
+        [
+            "m20261130_000001_task_dedup_create_task_run",
+            "m20261130_000002_task_dedup_active_resource_uidx",
+            "m20270101_000001_create_widget",
+        ]
+    );
+    rows::insert(&db.db, ("u", "t", "r"), Queued, at(0))
+        .await
+        .expect("task_run usable");
+
+    AppMigrator::down(&db.db, None)
+        .await
+        .expect("everything rolls back");
+    assert!(!has_table(db, "task_run").await && !has_table(db, "app_widget").await);
+}
