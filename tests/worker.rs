@@ -1,0 +1,579 @@
+//! The worker lifecycle: claims, leases, transitions, the reaper and pruning, on every
+//! dialect.
+
+mod common;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::TestDb;
+use sea_orm::sea_query::{Expr, ExprTrait, Query};
+use sea_orm::{ConnectionTrait, EntityTrait, PaginatorTrait};
+use task_dedup::task_run::{self, Column};
+use task_dedup::{
+    DedupError, InvalidReason, NewTask, ReapReport, TaskDedup, TaskKey, TaskStatus, TaskWorker,
+    Transition,
+};
+use tokio::sync::Barrier;
+use uuid::Uuid;
+
+matrix!(
+    eight_workers_claim_each_task_exactly_once,
+    claim_takes_the_oldest_of_the_requested_types,
+    lease_comes_from_one_database_clock,
+    invalid_transitions_change_nothing,
+    invalid_arguments_are_rejected_before_sql,
+    expired_leases_are_requeued_then_failed,
+    heartbeat_racing_the_reaper_is_never_requeued,
+    finishing_releases_the_key,
+    prune_keeps_active_and_recent_tasks,
+);
+
+const LEASE: Duration = Duration::from_secs(60);
+
+fn key(resource: &str) -> TaskKey {
+    TaskKey::new("user-1", "render", resource).expect("valid key")
+}
+
+async fn enqueue(db: &TestDb, key: TaskKey) -> task_run::Model {
+    let outcome = db
+        .db
+        .find_or_enqueue(NewTask::new(key))
+        .await
+        .expect("enqueue");
+    assert!(outcome.is_created());
+    outcome.into_task()
+}
+
+async fn load(db: &TestDb, id: Uuid) -> task_run::Model {
+    task_run::Entity::find_by_id(id)
+        .one(&db.db)
+        .await
+        .expect("load")
+        .expect("row exists")
+}
+
+/// Moves a running task's lease into the past, as if its worker had died.
+async fn expire_lease(db: &TestDb, id: Uuid) {
+    let past = task_run::now() - chrono::Duration::minutes(5);
+    set(db, id, Column::LeaseExpiresAt, past).await;
+}
+
+async fn set(db: &TestDb, id: Uuid, column: Column, value: chrono::DateTime<chrono::Utc>) {
+    let update = Query::update()
+        .table(task_run::Entity)
+        .value(column, value)
+        .and_where(Expr::col(Column::Id).eq(id))
+        .to_owned();
+    assert_eq!(
+        db.db
+            .execute(&update)
+            .await
+            .expect("update")
+            .rows_affected(),
+        1
+    );
+}
+
+async fn eight_workers_claim_each_task_exactly_once(db: &TestDb) {
+    db.migrate().await;
+    for n in 0..200 {
+        enqueue(db, key(&format!("doc-{n}"))).await;
+    }
+    let pool = db.pool(8).await;
+    let start = Arc::new(Barrier::new(8));
+    let mut workers = Vec::new();
+    for w in 0..8 {
+        let (pool, start) = (pool.db.clone(), start.clone());
+        workers.push(tokio::spawn(async move {
+            let worker_id = format!("worker-{w}");
+            let mut claimed = Vec::new();
+            start.wait().await;
+            while let Some(task) = pool.claim(&worker_id, &[], LEASE).await.expect("claim") {
+                assert_eq!(task.status, TaskStatus::Running);
+                assert_eq!(task.lease_owner.as_deref(), Some(worker_id.as_str()));
+                pool.complete(task.id, &worker_id, None)
+                    .await
+                    .expect("complete");
+                claimed.push(task.id);
+            }
+            claimed
+        }));
+    }
+    let mut all = Vec::new();
+    for worker in workers {
+        all.extend(worker.await.expect("worker"));
+    }
+    let unique: HashSet<_> = all.iter().collect();
+    assert_eq!(all.len(), 200, "no task claimed twice");
+    assert_eq!(unique.len(), 200, "no task lost");
+    for row in common::rows::all(&db.db).await {
+        assert_eq!((row.status, row.attempts), (TaskStatus::Succeeded, 1));
+    }
+}
+
+async fn claim_takes_the_oldest_of_the_requested_types(db: &TestDb) {
+    db.migrate().await;
+    assert_eq!(db.db.claim("w", &[], LEASE).await.expect("claim"), None);
+    let t = |task_type, resource| TaskKey::new("u", task_type, resource).expect("key");
+    let a1 = enqueue(db, t("a", "1")).await;
+    let b1 = enqueue(db, t("b", "1")).await;
+    let a2 = enqueue(db, t("a", "2")).await;
+    let c1 = enqueue(db, t("c", "1")).await;
+    for (id, seconds) in [(a1.id, 10), (b1.id, 20), (a2.id, 30), (c1.id, 40)] {
+        set(db, id, Column::CreatedAt, common::rows::at(seconds)).await;
+    }
+
+    let claim = async |types: &[&str]| db.db.claim("w", types, LEASE).await.expect("claim");
+    assert_eq!(claim(&["b", "c"]).await.map(|t| t.id), Some(b1.id));
+    assert_eq!(claim(&[]).await.map(|t| t.id), Some(a1.id));
+    assert_eq!(claim(&["c"]).await.map(|t| t.id), Some(c1.id));
+    assert_eq!(claim(&["b", "c"]).await, None);
+    assert_eq!(claim(&["a"]).await.map(|t| t.id), Some(a2.id));
+    assert_eq!(claim(&[]).await, None);
+}
+
+async fn lease_comes_from_one_database_clock(db: &TestDb) {
+    db.migrate().await;
+    let task = enqueue(db, key("doc")).await;
+    let claimed = db
+        .db
+        .claim("w", &[], LEASE)
+        .await
+        .expect("claim")
+        .expect("queued task");
+    assert_eq!(claimed.id, task.id);
+    assert_eq!(claimed.attempts, 1);
+    let started = claimed.started_at.expect("started_at");
+    let expires = claimed.lease_expires_at.expect("lease");
+    assert_eq!(
+        expires - started,
+        chrono::Duration::from_std(LEASE).expect("lease")
+    );
+    assert_eq!(
+        claimed,
+        load(db, task.id).await,
+        "claim returns the row as stored"
+    );
+
+    let beat = db
+        .db
+        .heartbeat(task.id, "w", Duration::from_secs(600))
+        .await
+        .expect("heartbeat");
+    assert!(beat.lease_expires_at.expect("lease") >= started + chrono::Duration::seconds(600));
+    assert_eq!(beat, load(db, task.id).await);
+}
+
+async fn invalid_transitions_change_nothing(db: &TestDb) {
+    db.migrate().await;
+    let unknown = Uuid::now_v7();
+    let not_found = |r: Result<task_run::Model, DedupError>| {
+        assert!(
+            matches!(r, Err(DedupError::NotFound { id }) if id == unknown),
+            "{r:?}"
+        );
+    };
+    not_found(db.db.heartbeat(unknown, "w", LEASE).await);
+    not_found(db.db.complete(unknown, "w", None).await);
+    not_found(db.db.fail(unknown, "w", "boom").await);
+    not_found(db.db.cancel(unknown, "no").await);
+
+    // Completing a task nobody claimed.
+    let queued = enqueue(db, key("queued")).await;
+    let err = db
+        .db
+        .complete(queued.id, "w", None)
+        .await
+        .expect_err("not running");
+    assert!(
+        matches!(
+            err,
+            DedupError::InvalidTransition {
+                transition: Transition::Complete,
+                status: TaskStatus::Queued,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(load(db, queued.id).await, queued);
+
+    // Another worker's task.
+    let running = db
+        .db
+        .claim("owner", &[], LEASE)
+        .await
+        .expect("claim")
+        .expect("task");
+    for result in [
+        db.db.complete(running.id, "intruder", None).await,
+        db.db.fail(running.id, "intruder", "boom").await,
+        db.db.heartbeat(running.id, "intruder", LEASE).await,
+    ] {
+        match result {
+            Err(DedupError::LeaseNotHeld {
+                worker_id, holder, ..
+            }) => {
+                assert_eq!(
+                    (worker_id.as_str(), holder.as_deref()),
+                    ("intruder", Some("owner"))
+                );
+            }
+            other => panic!("expected LeaseNotHeld, got {other:?}"),
+        }
+    }
+    assert_eq!(load(db, running.id).await, running);
+
+    // Completing twice; failing or cancelling what already finished.
+    let done = db
+        .db
+        .complete(running.id, "owner", Some(serde_json::json!({"ok": true})))
+        .await
+        .expect("complete");
+    for (transition, result) in [
+        (
+            Transition::Complete,
+            db.db.complete(running.id, "owner", None).await,
+        ),
+        (
+            Transition::Fail,
+            db.db.fail(running.id, "owner", "late").await,
+        ),
+        (Transition::Cancel, db.db.cancel(running.id, "late").await),
+    ] {
+        match result {
+            Err(DedupError::InvalidTransition {
+                transition: t,
+                status,
+                ..
+            }) => {
+                assert_eq!((t, status), (transition, TaskStatus::Succeeded));
+            }
+            other => panic!("expected InvalidTransition, got {other:?}"),
+        }
+    }
+    assert_eq!(load(db, running.id).await, done);
+
+    // A heartbeat after the reaper took the lease back.
+    let second = enqueue(db, key("second")).await;
+    let claimed = db
+        .db
+        .claim("slow", &[], LEASE)
+        .await
+        .expect("claim")
+        .expect("task");
+    assert_eq!(claimed.id, second.id);
+    expire_lease(db, claimed.id).await;
+    assert_eq!(db.db.reap_expired(3).await.expect("reap").requeued, 1);
+    let requeued = load(db, claimed.id).await;
+    let err = db
+        .db
+        .heartbeat(claimed.id, "slow", LEASE)
+        .await
+        .expect_err("lease lost");
+    assert!(
+        matches!(
+            err,
+            DedupError::InvalidTransition {
+                transition: Transition::Heartbeat,
+                status: TaskStatus::Queued,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(load(db, claimed.id).await, requeued);
+}
+
+async fn invalid_arguments_are_rejected_before_sql(db: &TestDb) {
+    db.migrate().await;
+    let task = enqueue(db, key("doc")).await;
+    let invalid = |r: Result<_, DedupError>, expected: &str| match r {
+        Err(DedupError::InvalidArgument { name, .. }) => assert_eq!(name, expected),
+        other => panic!("expected InvalidArgument({expected}), got {other:?}"),
+    };
+    invalid(db.db.claim("", &[], LEASE).await.map(|_| ()), "worker_id");
+    invalid(
+        db.db.claim(&"w".repeat(65), &[], LEASE).await.map(|_| ()),
+        "worker_id",
+    );
+    invalid(
+        db.db.claim("w", &[""], LEASE).await.map(|_| ()),
+        "task_types",
+    );
+    invalid(
+        db.db.claim("w", &[], Duration::ZERO).await.map(|_| ()),
+        "lease",
+    );
+    invalid(
+        db.db
+            .claim("w", &[], Duration::from_secs(8 * 86_400))
+            .await
+            .map(|_| ()),
+        "lease",
+    );
+    invalid(
+        db.db.heartbeat(task.id, "w\0", LEASE).await.map(|_| ()),
+        "worker_id",
+    );
+    invalid(db.db.reap_expired(0).await.map(|_| ()), "max_attempts");
+    invalid(
+        db.db.prune_finished(Duration::MAX).await.map(|_| ()),
+        "older_than",
+    );
+    match db.db.claim("", &[], LEASE).await {
+        Err(DedupError::InvalidArgument { reason, .. }) => assert_eq!(reason, InvalidReason::Empty),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(load(db, task.id).await, task, "nothing was claimed");
+}
+
+async fn expired_leases_are_requeued_then_failed(db: &TestDb) {
+    db.migrate().await;
+    let task = enqueue(db, key("doc")).await;
+    let live = enqueue(db, key("live")).await;
+
+    let first = db
+        .db
+        .claim("crashed", &[], LEASE)
+        .await
+        .expect("claim")
+        .expect("task");
+    assert_eq!(first.id, task.id);
+    let other = db
+        .db
+        .claim("alive", &[], LEASE)
+        .await
+        .expect("claim")
+        .expect("task");
+    assert_eq!(other.id, live.id);
+    expire_lease(db, task.id).await;
+
+    let report = db.db.reap_expired(2).await.expect("reap");
+    assert_eq!(
+        report,
+        ReapReport {
+            requeued: 1,
+            failed: 0
+        }
+    );
+    let requeued = load(db, task.id).await;
+    assert_eq!(requeued.status, TaskStatus::Queued);
+    assert_eq!(
+        (requeued.lease_owner, requeued.lease_expires_at),
+        (None, None)
+    );
+    assert_eq!(load(db, live.id).await, other, "a live lease is left alone");
+
+    let second = db
+        .db
+        .claim("crashed-again", &[], LEASE)
+        .await
+        .expect("claim")
+        .expect("task");
+    assert_eq!((second.id, second.attempts), (task.id, 2));
+    expire_lease(db, task.id).await;
+    let report = db.db.reap_expired(2).await.expect("reap");
+    assert_eq!(
+        report,
+        ReapReport {
+            requeued: 0,
+            failed: 1
+        }
+    );
+    let failed = load(db, task.id).await;
+    assert_eq!(failed.status, TaskStatus::Failed);
+    assert!(failed.finished_at.is_some() && failed.lease_expires_at.is_none());
+    assert!(
+        failed
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("max_attempts = 2")),
+        "{failed:?}"
+    );
+
+    assert_eq!(
+        db.db.reap_expired(2).await.expect("reap"),
+        ReapReport::default()
+    );
+}
+
+async fn heartbeat_racing_the_reaper_is_never_requeued(db: &TestDb) {
+    db.migrate().await;
+    // Heartbeat first: the reaper sees the extended lease and leaves the task alone.
+    let task = enqueue(db, key("doc")).await;
+    db.db
+        .claim("w", &[], LEASE)
+        .await
+        .expect("claim")
+        .expect("task");
+    expire_lease(db, task.id).await;
+    db.db
+        .heartbeat(task.id, "w", LEASE)
+        .await
+        .expect("heartbeat");
+    assert_eq!(
+        db.db.reap_expired(3).await.expect("reap"),
+        ReapReport::default()
+    );
+    assert_eq!(load(db, task.id).await.status, TaskStatus::Running);
+    db.db.complete(task.id, "w", None).await.expect("complete");
+
+    // Both at once, many times: whichever wins, a successful heartbeat means the task
+    // was not requeued, and a requeue means the heartbeat failed.
+    let pool = db.pool(2).await;
+    let mut heartbeats_won = 0;
+    for round in 0..40 {
+        let task = enqueue(db, key(&format!("race-{round}"))).await;
+        db.db
+            .claim("w", &[], LEASE)
+            .await
+            .expect("claim")
+            .expect("task");
+        expire_lease(db, task.id).await;
+        let start = Arc::new(Barrier::new(2));
+        let beat = {
+            let (pool, start) = (pool.db.clone(), start.clone());
+            tokio::spawn(async move {
+                start.wait().await;
+                pool.heartbeat(task.id, "w", LEASE).await
+            })
+        };
+        start.wait().await;
+        let report = pool.reap_expired(3).await.expect("reap");
+        let beat = beat.await.expect("heartbeat task");
+        let row = load(db, task.id).await;
+        match beat {
+            Ok(_) => {
+                heartbeats_won += 1;
+                assert_eq!(
+                    report.requeued, 0,
+                    "round {round}: extended lease was requeued"
+                );
+                assert_eq!(row.status, TaskStatus::Running);
+            }
+            Err(DedupError::InvalidTransition {
+                status: TaskStatus::Queued,
+                ..
+            }) => {
+                assert_eq!(report.requeued, 1);
+                assert_eq!(row.status, TaskStatus::Queued);
+            }
+            Err(other) => panic!("round {round}: {other:?}"),
+        }
+        db.db.cancel(task.id, "next round").await.expect("cancel");
+    }
+    eprintln!("heartbeat won {heartbeats_won} of 40 races");
+}
+
+async fn finishing_releases_the_key(db: &TestDb) {
+    db.migrate().await;
+    let doc = key("doc");
+    let enqueue_doc = async || {
+        db.db
+            .find_or_enqueue(NewTask::new(doc.clone()))
+            .await
+            .expect("enqueue")
+    };
+
+    type Finish = fn(&TestDb, Uuid) -> futures_finish::BoxFuture<'_>;
+    let finishes: [(&str, Finish); 4] = [
+        ("complete", |db, id| {
+            Box::pin(async move { db.db.complete(id, "w", None).await.map(drop) })
+        }),
+        ("fail", |db, id| {
+            Box::pin(async move { db.db.fail(id, "w", "boom").await.map(drop) })
+        }),
+        ("cancel", |db, id| {
+            Box::pin(async move { db.db.cancel(id, "user asked").await.map(drop) })
+        }),
+        ("reap to failed", |db, id| {
+            Box::pin(async move {
+                expire_lease(db, id).await;
+                assert_eq!(db.db.reap_expired(1).await?.failed, 1);
+                Ok(())
+            })
+        }),
+    ];
+    for (name, finish) in finishes {
+        let created = enqueue_doc().await;
+        assert!(created.is_created(), "{name}: the key is free");
+        let running = db
+            .db
+            .claim("w", &[], LEASE)
+            .await
+            .expect("claim")
+            .expect("task");
+        assert_eq!(running.id, created.task().id);
+        let hit = enqueue_doc().await;
+        assert!(!hit.is_created(), "{name}: a running task holds the key");
+        assert_eq!(hit.task().id, running.id);
+        finish(db, running.id)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let row = load(db, running.id).await;
+        assert!(
+            !row.status.is_active() && row.finished_at.is_some(),
+            "{name}: {row:?}"
+        );
+    }
+    // Cancelling a queued task releases the key too.
+    let queued = enqueue_doc().await;
+    db.db
+        .cancel(queued.task().id, "not needed")
+        .await
+        .expect("cancel");
+    assert!(enqueue_doc().await.is_created());
+}
+
+/// Boxed futures for the table of finishing transitions above.
+mod futures_finish {
+    pub type BoxFuture<'a> =
+        std::pin::Pin<Box<dyn Future<Output = Result<(), task_dedup::DedupError>> + Send + 'a>>;
+}
+
+async fn prune_keeps_active_and_recent_tasks(db: &TestDb) {
+    db.migrate().await;
+    let old_done = enqueue(db, key("old-done")).await;
+    let old_cancelled = enqueue(db, key("old-cancelled")).await;
+    let recent_done = enqueue(db, key("recent-done")).await;
+    let old_queued = enqueue(db, key("old-queued")).await;
+    for task in [&old_done, &recent_done] {
+        db.db.cancel(task.id, "done").await.expect("finish");
+    }
+    db.db
+        .cancel(old_cancelled.id, "never mind")
+        .await
+        .expect("cancel");
+    let two_days_ago = task_run::now() - chrono::Duration::days(2);
+    for id in [old_done.id, old_cancelled.id] {
+        set(db, id, Column::FinishedAt, two_days_ago).await;
+    }
+    set(db, old_queued.id, Column::CreatedAt, two_days_ago).await;
+
+    let pruned = db
+        .db
+        .prune_finished(Duration::from_secs(86_400))
+        .await
+        .expect("prune");
+    assert_eq!(pruned, 2);
+    let left: HashSet<Uuid> = common::rows::all(&db.db)
+        .await
+        .iter()
+        .map(|t| t.id)
+        .collect();
+    assert_eq!(left, HashSet::from([recent_done.id, old_queued.id]));
+    assert_eq!(
+        db.db
+            .prune_finished(Duration::from_secs(86_400))
+            .await
+            .expect("prune"),
+        0
+    );
+    assert_eq!(
+        task_run::Entity::find().count(&db.db).await.expect("count"),
+        2
+    );
+}
