@@ -27,7 +27,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             for file in ["quickstart.db", "quickstart.db-wal", "quickstart.db-shm"] {
                 let _ = std::fs::remove_file(file);
             }
-            ("sqlite://quickstart.db?mode=rwc".to_owned(), "demo".to_owned())
+            (
+                "sqlite://quickstart.db?mode=rwc".to_owned(),
+                "demo".to_owned(),
+            )
         }
     };
     let db = task_dedup::connect(&url).await?;
@@ -60,7 +63,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     let mut completed = 0;
-    while let Some(task) = db.claim(WORKER, &[TASK_TYPE], Duration::from_secs(30)).await? {
+    while let Some(task) = db
+        .claim(WORKER, &[TASK_TYPE], Duration::from_secs(30))
+        .await?
+    {
         let result = serde_json::json!({ "rendered": task.resource_key });
         db.complete(task.id, WORKER, Some(result)).await?;
         completed += 1;
@@ -72,7 +78,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "enqueue {} again -> {} task {}",
         RESOURCES[0],
-        if again.is_created() { "created a new" } else { "found the existing" },
+        if again.is_created() {
+            "created a new"
+        } else {
+            "found the existing"
+        },
         again.task().id
     );
     db.cancel(again.task().id, "quickstart cleanup").await?;
