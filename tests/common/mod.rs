@@ -182,7 +182,11 @@ impl TestDb {
                     .expect("server dialects have a URL variable");
                 let admin_url = std::env::var(var).map_err(|_| format!("{var} is not set"))?;
                 let name = format!("tdt_{unique}");
-                let admin = task_dedup::connect(&admin_url)
+                let mut options = sea_orm::ConnectOptions::new(admin_url.clone());
+                options
+                    .acquire_timeout(std::time::Duration::from_secs(10))
+                    .sqlx_logging(false);
+                let admin = task_dedup::connect_with(options)
                     .await
                     .map_err(|e| format!("{var}: {e}"))?;
                 admin
