@@ -508,6 +508,28 @@ async fn invalid_keys_are_rejected_before_sql(db: &TestDb) {
         task_run::Entity::find().count(&db.db).await.expect("count"),
         0
     );
+
+    // A payload PostgreSQL could not store is refused on every dialect, before SQL.
+    let nul_payload = serde_json::json!({"note": ["fine", "not\0fine"]});
+    let err = db
+        .db
+        .find_or_enqueue(NewTask::new(key("doc")).with_payload(nul_payload))
+        .await
+        .expect_err("NUL in payload");
+    assert!(
+        matches!(
+            err,
+            DedupError::InvalidArgument {
+                name: "payload",
+                reason: InvalidReason::ContainsNul
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(
+        task_run::Entity::find().count(&db.db).await.expect("count"),
+        0
+    );
 }
 
 async fn longest_keys_fit_every_dialect(db: &TestDb) {

@@ -24,6 +24,7 @@ matrix!(
     lease_comes_from_one_database_clock,
     invalid_transitions_change_nothing,
     invalid_arguments_are_rejected_before_sql,
+    longest_error_text_fits_every_dialect,
     expired_leases_are_requeued_then_failed,
     heartbeat_racing_the_reaper_is_never_requeued,
     finishing_releases_the_key,
@@ -323,11 +324,38 @@ async fn invalid_arguments_are_rejected_before_sql(db: &TestDb) {
         db.db.prune_finished(Duration::MAX).await.map(|_| ()),
         "older_than",
     );
+    invalid(db.db.cancel(task.id, "no\0").await.map(|_| ()), "reason");
+    let too_long = "x".repeat(task_dedup::MAX_ERROR_CHARS + 1);
+    invalid(db.db.cancel(task.id, &too_long).await.map(|_| ()), "reason");
+    let nul_result = Some(serde_json::json!({"k\0": 1}));
+    invalid(
+        db.db.complete(task.id, "w", nul_result).await.map(|_| ()),
+        "result",
+    );
+    invalid(
+        db.db.fail(task.id, "w", &too_long).await.map(|_| ()),
+        "error",
+    );
     match db.db.claim("", &[], LEASE).await {
         Err(DedupError::InvalidArgument { reason, .. }) => assert_eq!(reason, InvalidReason::Empty),
         other => panic!("{other:?}"),
     }
     assert_eq!(load(db, task.id).await, task, "nothing was claimed");
+}
+
+async fn longest_error_text_fits_every_dialect(db: &TestDb) {
+    db.migrate().await;
+    let task = enqueue(db, key("doc")).await;
+    db.db
+        .claim("w", &[], LEASE)
+        .await
+        .expect("claim")
+        .expect("task");
+    // 4-byte characters up to the limit: MySQL's TEXT (65,535 bytes) still holds them.
+    let longest = "🦀".repeat(task_dedup::MAX_ERROR_CHARS);
+    let failed = db.db.fail(task.id, "w", &longest).await.expect("fail");
+    assert_eq!(failed.error.as_deref(), Some(longest.as_str()));
+    assert_eq!(load(db, task.id).await, failed);
 }
 
 async fn expired_leases_are_requeued_then_failed(db: &TestDb) {

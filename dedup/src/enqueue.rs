@@ -9,7 +9,7 @@ use uuid::Uuid;
 use crate::TaskStatus;
 use crate::connection::DedupConnection;
 use crate::dialect::{Dialect, Lookup};
-use crate::error::{DedupError, is_rolled_back_conflict};
+use crate::error::{DedupError, check_json, is_transaction_conflict};
 use crate::key::{NewTask, TaskKey};
 use crate::task_run;
 
@@ -69,6 +69,8 @@ pub trait TaskDedup {
     /// times come from the database's.
     ///
     /// # Errors
+    /// - [`DedupError::InvalidArgument`] when the payload has a NUL character in a
+    ///   string or key (PostgreSQL cannot store it); nothing is written.
     /// - [`DedupError::Contention`] when the conflicting task kept leaving the active set
     ///   before it could be read, [`MAX_ENQUEUE_ATTEMPTS`] times in a row.
     /// - [`DedupError::TransactionAborted`] inside a transaction the database aborted to
@@ -106,8 +108,14 @@ pub trait TaskDedup {
 #[async_trait]
 impl<C: DedupConnection> TaskDedup for C {
     async fn find_or_enqueue(&self, task: NewTask) -> Result<Enqueued, DedupError> {
-        let dialect = Dialect::of(self)?;
         let NewTask { key, payload } = task;
+        if let Some(payload) = &payload {
+            check_json(payload).map_err(|reason| DedupError::InvalidArgument {
+                name: "payload",
+                reason,
+            })?;
+        }
+        let dialect = Dialect::of(self)?;
         let now = task_run::now();
         let row = task_run::Model {
             id: Uuid::now_v7(),
@@ -143,7 +151,7 @@ impl<C: DedupConnection> TaskDedup for C {
                     }
                     tracing::debug!(key = %key, attempt, "conflicting task finished before it was read; retrying");
                 }
-                Err(err) if is_rolled_back_conflict(&err) => {
+                Err(err) if is_transaction_conflict(&err) => {
                     if self.in_transaction() {
                         tracing::warn!(key = %key, error = %err, "transaction aborted by the database");
                         return Err(DedupError::TransactionAborted(err));

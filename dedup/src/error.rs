@@ -89,6 +89,20 @@ pub enum DedupError {
     Database(#[from] DbErr),
 }
 
+impl DedupError {
+    /// Whether running the same operation again (for [`TransactionAborted`], the whole
+    /// transaction) may succeed: [`Contention`] and [`TransactionAborted`].
+    ///
+    /// [`Contention`]: DedupError::Contention
+    /// [`TransactionAborted`]: DedupError::TransactionAborted
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            DedupError::Contention { .. } | DedupError::TransactionAborted(_)
+        )
+    }
+}
+
 /// A part of a [`TaskKey`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum KeyField {
@@ -179,6 +193,16 @@ pub(crate) fn check_text(text: &str, max_chars: usize) -> Result<(), InvalidReas
     if text.is_empty() {
         return Err(InvalidReason::Empty);
     }
+    check_free_text(text, max_chars)
+}
+
+/// The longest `error` text (a failure message or cancellation reason), in characters:
+/// MySQL's `TEXT` holds 65,535 bytes, which is 16,383 characters of 4-byte UTF-8.
+pub const MAX_ERROR_CHARS: usize = 16_383;
+
+/// Checks text that may be empty: at most `max_chars` characters, no NUL byte (which
+/// PostgreSQL cannot store in text or JSON).
+pub(crate) fn check_free_text(text: &str, max_chars: usize) -> Result<(), InvalidReason> {
     if text.contains('\0') {
         return Err(InvalidReason::ContainsNul);
     }
@@ -204,11 +228,15 @@ pub(crate) fn is_active_index_violation(err: &DbErr) -> bool {
         if message.contains(ACTIVE_RESOURCE_UIDX) || message.contains(SQLITE_INDEX_COLUMNS))
 }
 
-/// Whether the database rolled back the statement (outside a transaction) or the whole
-/// transaction to resolve a deadlock or serialization conflict: SQLSTATE 40001
-/// (PostgreSQL serialization failure, InnoDB deadlock 1213) or 40P01 (PostgreSQL
-/// deadlock).
-pub(crate) fn is_rolled_back_conflict(err: &DbErr) -> bool {
+/// Whether the database aborted a statement to resolve a deadlock or a serialization
+/// conflict: SQLSTATE 40001 (PostgreSQL serialization failure, InnoDB deadlock 1213) or
+/// 40P01 (PostgreSQL deadlock).
+///
+/// Inside a transaction the whole transaction is gone (InnoDB rolls it back, PostgreSQL
+/// refuses every further statement): roll it back and run it again from the start. Use
+/// this on your own statements that share a transaction with `find_or_enqueue`; for
+/// task-dedup's own errors see [`DedupError::is_retryable`].
+pub fn is_transaction_conflict(err: &DbErr) -> bool {
     if let DbErr::Exec(RuntimeErr::SqlxError(e)) | DbErr::Query(RuntimeErr::SqlxError(e)) = err
         && let sea_orm::sqlx::Error::Database(db_err) = e.deref()
     {
@@ -217,9 +245,47 @@ pub(crate) fn is_rolled_back_conflict(err: &DbErr) -> bool {
     false
 }
 
+/// Checks a JSON document for NUL characters in its strings and keys: PostgreSQL's
+/// `jsonb` cannot store U+0000, while SQLite and MySQL would, so reject it everywhere.
+pub(crate) fn check_json(value: &serde_json::Value) -> Result<(), InvalidReason> {
+    use serde_json::Value;
+    let has_nul = match value {
+        Value::String(text) => text.contains('\0'),
+        Value::Array(items) => return items.iter().try_for_each(check_json),
+        Value::Object(fields) => {
+            for (name, field) in fields {
+                if name.contains('\0') {
+                    return Err(InvalidReason::ContainsNul);
+                }
+                check_json(field)?;
+            }
+            false
+        }
+        Value::Null | Value::Bool(_) | Value::Number(_) => false,
+    };
+    if has_nul {
+        return Err(InvalidReason::ContainsNul);
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_with_nul_anywhere_is_rejected() {
+        let ok = serde_json::json!({"a": ["b", {"c": 1.5}], "d": null});
+        assert_eq!(check_json(&ok), Ok(()));
+        for bad in [
+            serde_json::json!("a\0"),
+            serde_json::json!([1, ["x\0"]]),
+            serde_json::json!({"k\0": 1}),
+            serde_json::json!({"k": {"deep": "\0"}}),
+        ] {
+            assert_eq!(check_json(&bad), Err(InvalidReason::ContainsNul), "{bad}");
+        }
+    }
 
     #[test]
     fn check_text_counts_characters_not_bytes() {

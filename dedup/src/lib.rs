@@ -31,7 +31,9 @@ mod worker;
 pub use connect::{DEFAULT_MAX_CONNECTIONS, SQLITE_BUSY_TIMEOUT, connect, connect_with};
 pub use connection::DedupConnection;
 pub use enqueue::{Enqueued, MAX_ENQUEUE_ATTEMPTS, TaskDedup};
-pub use error::{DedupError, InvalidReason, KeyField, Transition};
+pub use error::{
+    DedupError, InvalidReason, KeyField, MAX_ERROR_CHARS, Transition, is_transaction_conflict,
+};
 pub use key::{NewTask, TaskKey};
 pub use task_dedup_entity::{TaskStatus, active_status_sql, task_run};
 pub use worker::{MAX_LEASE, ReapReport, TaskWorker};

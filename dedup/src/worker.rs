@@ -15,7 +15,9 @@ use uuid::Uuid;
 use crate::TaskStatus;
 use crate::connection::DedupConnection;
 use crate::dialect::Dialect;
-use crate::error::{DedupError, InvalidReason, Transition, check_text};
+use crate::error::{
+    DedupError, InvalidReason, MAX_ERROR_CHARS, Transition, check_free_text, check_json, check_text,
+};
 use crate::task_run::{self, Column, LEASE_OWNER_MAX_CHARS, TASK_TYPE_MAX_CHARS};
 
 /// The longest lease accepted: leases are meant to be renewed by heartbeats.
@@ -68,7 +70,8 @@ pub trait TaskWorker {
     /// `running` → `succeeded` with `result`, releasing the key.
     ///
     /// # Errors
-    /// As [`heartbeat`](Self::heartbeat).
+    /// As [`heartbeat`](Self::heartbeat); [`DedupError::InvalidArgument`] when `result`
+    /// has a NUL character in a string or key.
     async fn complete(
         &self,
         id: Uuid,
@@ -79,7 +82,9 @@ pub trait TaskWorker {
     /// `running` → `failed` with `error`, releasing the key.
     ///
     /// # Errors
-    /// As [`heartbeat`](Self::heartbeat).
+    /// As [`heartbeat`](Self::heartbeat); [`DedupError::InvalidArgument`] when `error`
+    /// has a NUL byte or more than [`MAX_ERROR_CHARS`](crate::MAX_ERROR_CHARS)
+    /// characters.
     async fn fail(
         &self,
         id: Uuid,
@@ -92,7 +97,7 @@ pub trait TaskWorker {
     ///
     /// # Errors
     /// [`DedupError::NotFound`]; [`DedupError::InvalidTransition`] when the task already
-    /// finished.
+    /// finished; [`DedupError::InvalidArgument`] for a `reason` as `fail` rejects.
     async fn cancel(&self, id: Uuid, reason: &str) -> Result<task_run::Model, DedupError>;
 
     /// Returns `running` tasks whose lease expired to `queued` (lease cleared), or marks
@@ -181,6 +186,12 @@ impl<C: DedupConnection> TaskWorker for C {
         result: Option<serde_json::Value>,
     ) -> Result<task_run::Model, DedupError> {
         check_worker_id(worker_id)?;
+        if let Some(result) = &result {
+            check_json(result).map_err(|reason| DedupError::InvalidArgument {
+                name: "result",
+                reason,
+            })?;
+        }
         let dialect = Dialect::of(self)?;
         let update = finish(dialect, TaskStatus::Succeeded)
             .value(Column::Result, result)
@@ -203,6 +214,7 @@ impl<C: DedupConnection> TaskWorker for C {
         error: &str,
     ) -> Result<task_run::Model, DedupError> {
         check_worker_id(worker_id)?;
+        check_error_text("error", error)?;
         let dialect = Dialect::of(self)?;
         let update = finish(dialect, TaskStatus::Failed)
             .value(Column::Error, error)
@@ -219,6 +231,7 @@ impl<C: DedupConnection> TaskWorker for C {
     }
 
     async fn cancel(&self, id: Uuid, reason: &str) -> Result<task_run::Model, DedupError> {
+        check_error_text("reason", reason)?;
         let dialect = Dialect::of(self)?;
         let update = finish(dialect, TaskStatus::Cancelled)
             .value(Column::Error, reason)
@@ -343,6 +356,11 @@ async fn transition<C: DedupConnection>(
             },
         },
     })
+}
+
+fn check_error_text(name: &'static str, text: &str) -> Result<(), DedupError> {
+    check_free_text(text, MAX_ERROR_CHARS)
+        .map_err(|reason| DedupError::InvalidArgument { name, reason })
 }
 
 fn check_worker_id(worker_id: &str) -> Result<(), DedupError> {

@@ -5,6 +5,9 @@
 //! - [`migrations()`] returns them to splice into your application's own `Migrator`,
 //!   next to your migrations. Their names carry a `task_dedup` prefix, so they never
 //!   collide with yours in `seaql_migrations`.
+//!   Use one migrator per database: once your `Migrator` has recorded its migrations
+//!   in `seaql_migrations`, keep using it there. The standalone [`Migrator`] (and the
+//!   `migrate` binary) would find migrations it has no file for and refuse to run.
 //! - [`ensure_schema`] brings a `task_run` table that predates these migrations up to
 //!   the guarantee; it is idempotent and safe at every start-up.
 //!
