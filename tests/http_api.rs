@@ -1,0 +1,467 @@
+//! The `http_api` example over real HTTP, on every dialect: a storm of identical requests
+//! creates one task, bad input gets a JSON 4xx, cancel answers 404/409 and releases the
+//! key, a failing projection write rolls the enqueue back.
+
+mod common;
+
+// The example itself, not a copy: its router, migrator and projection entity.
+#[path = "../examples/http_api.rs"]
+#[allow(dead_code)]
+mod http_api;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{Pool, TestDb};
+use http_api::workflow_run;
+use reqwest::{Client, RequestBuilder, StatusCode, Url};
+use sea_orm::{EntityTrait, PaginatorTrait};
+use serde_json::{Value, json};
+use task_dedup::{TaskStatus, TaskWorker, task_run};
+use task_dedup_migration::MigratorTrait;
+use tokio::sync::Barrier;
+use uuid::Uuid;
+
+matrix!(
+    fifty_identical_posts_create_one_task,
+    bad_input_gets_a_json_4xx,
+    ids_unknown_or_malformed_get_a_json_4xx,
+    cancel_answers_404_409_and_releases_the_key,
+    failed_projection_write_rolls_back_the_enqueue,
+);
+
+const STORM: usize = 50;
+const SERVER_POOL: u32 = 16;
+
+/// The example's router on an ephemeral port of 127.0.0.1, on the test's database
+/// migrated with the example's own migrator (task-dedup's migrations plus the projection).
+struct Server {
+    base: Url,
+    client: Client,
+    serve: tokio::task::JoinHandle<()>,
+    _pool: Pool,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.serve.abort();
+    }
+}
+
+async fn start(db: &TestDb) -> Server {
+    http_api::Migrator::up(&db.db, None)
+        .await
+        .expect("example migrations apply");
+    let pool = db.pool(SERVER_POOL).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address");
+    let app = http_api::router(pool.db.clone());
+    let serve = tokio::spawn(async move { axum::serve(listener, app).await.expect("serve") });
+    let client = Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .expect("client");
+    Server {
+        base: Url::parse(&format!("http://{address}/")).expect("base url"),
+        client,
+        serve,
+        _pool: pool,
+    }
+}
+
+impl Server {
+    /// The URL of `segments`, each percent-encoded as one path segment.
+    fn url(&self, segments: &[&str]) -> Url {
+        let mut url = self.base.clone();
+        url.path_segments_mut()
+            .expect("http URL")
+            .clear()
+            .extend(segments);
+        url
+    }
+
+    fn post_task(&self, user_id: &str, body: &Value) -> RequestBuilder {
+        self.client
+            .post(self.url(&["users", user_id, "tasks"]))
+            .json(body)
+    }
+
+    fn cancel(&self, id: &str) -> RequestBuilder {
+        self.client.post(self.url(&["tasks", id, "cancel"]))
+    }
+
+    fn get_task(&self, id: &str) -> RequestBuilder {
+        self.client.get(self.url(&["tasks", id]))
+    }
+}
+
+/// Sends `request`; the body must be JSON whatever the status.
+async fn send(request: RequestBuilder) -> (StatusCode, Value) {
+    let response = request.send().await.expect("request");
+    let status = response.status();
+    let text = response.text().await.expect("body");
+    let body = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{status}: body is not JSON ({e}): {text:?}"));
+    (status, body)
+}
+
+/// `body` is `{"error": "..."}` with a message containing `needle`, and nothing else.
+#[track_caller]
+fn assert_error(
+    (status, body): (StatusCode, Value),
+    expected: StatusCode,
+    needle: &str,
+    case: &str,
+) {
+    assert_eq!(status, expected, "{case}: {body}");
+    let message = body["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{case}: no \"error\" string in {body}"));
+    assert!(
+        message.contains(needle),
+        "{case}: {message:?} lacks {needle:?}"
+    );
+    assert_eq!(body.as_object().map(|o| o.len()), Some(1), "{case}: {body}");
+}
+
+fn id_of(body: &Value) -> Uuid {
+    body["id"]
+        .as_str()
+        .and_then(|id| id.parse().ok())
+        .unwrap_or_else(|| panic!("no id in {body}"))
+}
+
+async fn projection(db: &TestDb) -> Vec<workflow_run::Model> {
+    workflow_run::Entity::find()
+        .all(&db.db)
+        .await
+        .expect("read projection")
+}
+
+async fn task_count(db: &TestDb) -> u64 {
+    task_run::Entity::find().count(&db.db).await.expect("count")
+}
+
+async fn fifty_identical_posts_create_one_task(db: &TestDb) {
+    let server = Arc::new(start(db).await);
+    let (user, resource) = ("alice", "report/2026-11 café 🦀");
+    let body = json!({"task_type": "export", "resource_key": resource, "payload": {"pages": 3}});
+    let barrier = Arc::new(Barrier::new(STORM));
+    let requests: Vec<_> = (0..STORM)
+        .map(|_| {
+            let (server, barrier, body) = (server.clone(), barrier.clone(), body.clone());
+            tokio::spawn(async move {
+                let request = server.post_task(user, &body);
+                barrier.wait().await;
+                let response = request.send().await.expect("request");
+                let location = response
+                    .headers()
+                    .get(reqwest::header::LOCATION)
+                    .map(|l| l.to_str().expect("ascii").to_owned());
+                let status = response.status();
+                let body: Value = response.json().await.expect("JSON body");
+                (status, location, body)
+            })
+        })
+        .collect();
+    let mut responses = Vec::with_capacity(STORM);
+    for request in requests {
+        responses.push(request.await.expect("request task"));
+    }
+
+    let created: Vec<_> = responses
+        .iter()
+        .filter(|(status, _, _)| *status == StatusCode::CREATED)
+        .collect();
+    let deduplicated = responses
+        .iter()
+        .filter(|(status, _, body)| *status == StatusCode::OK && body["deduplicated"] == true)
+        .count();
+    assert_eq!(created.len(), 1, "exactly one 201");
+    assert_eq!(deduplicated, STORM - 1, "every other answer is a 200 hit");
+    let (_, location, first) = created[0];
+    assert_eq!(first["deduplicated"], false);
+    let id = id_of(first);
+    for (_, _, body) in &responses {
+        assert_eq!(id_of(body), id, "every answer carries the same task");
+        assert_eq!(body["status"], "queued");
+        assert_eq!(body["payload"], json!({"pages": 3}));
+        assert_eq!(
+            (&body["user_id"], &body["task_type"], &body["resource_key"]),
+            (&json!(user), &json!("export"), &json!(resource))
+        );
+    }
+    assert_eq!(location.as_deref(), Some(&*format!("/tasks/{id}")));
+
+    assert_eq!(task_count(db).await, 1);
+    let rows = projection(db).await;
+    assert_eq!(rows.len(), 1, "one projection row: {rows:?}");
+    let row = &rows[0];
+    assert_eq!(row.task_id, id);
+    assert_eq!(row.status, TaskStatus::Queued);
+    assert_eq!(
+        (&*row.user_id, &*row.task_type, &*row.resource_key),
+        (user, "export", resource)
+    );
+
+    // GET answers the stored task: the POST's body without `deduplicated`.
+    let (status, got) = send(server.get_task(&id.to_string())).await;
+    assert_eq!(status, StatusCode::OK);
+    let mut expected = first.clone();
+    expected
+        .as_object_mut()
+        .expect("object")
+        .remove("deduplicated");
+    assert_eq!(got, expected);
+}
+
+async fn bad_input_gets_a_json_4xx(db: &TestDb) {
+    let server = start(db).await;
+    let ok = |resource: &str| json!({"task_type": "export", "resource_key": resource});
+    let unprocessable = StatusCode::UNPROCESSABLE_ENTITY;
+
+    let raw = |body: &'static str| {
+        server
+            .client
+            .post(server.url(&["users", "alice", "tasks"]))
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body)
+    };
+    assert_error(
+        send(raw(r#"{"task_type": "export","#)).await,
+        StatusCode::BAD_REQUEST,
+        "",
+        "truncated JSON",
+    );
+    assert_error(
+        send(raw("not json")).await,
+        StatusCode::BAD_REQUEST,
+        "",
+        "not JSON",
+    );
+    let untyped = server
+        .client
+        .post(server.url(&["users", "alice", "tasks"]))
+        .body(ok("doc").to_string());
+    assert_error(
+        send(untyped).await,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "",
+        "no content type",
+    );
+    assert_error(
+        send(server.post_task("alice", &json!({"task_type": "export"}))).await,
+        unprocessable,
+        "resource_key",
+        "missing field",
+    );
+    assert_error(
+        send(server.post_task("alice", &json!({"task_type": 5, "resource_key": "doc"}))).await,
+        unprocessable,
+        "task_type",
+        "wrong type",
+    );
+
+    let (long, long_user) = ("x".repeat(256), "u".repeat(65));
+    let key_cases = [
+        (
+            "alice",
+            json!({"task_type": "", "resource_key": "doc"}),
+            "task_type",
+            "empty task_type",
+        ),
+        ("alice", ok(""), "resource_key", "empty resource_key"),
+        ("alice", ok(&long), "255", "resource_key too long"),
+        ("alice", ok("a\0b"), "NUL", "NUL in resource_key"),
+        ("al\0ice", ok("doc"), "user_id", "NUL in user_id (path %00)"),
+        (&*long_user, ok("doc"), "user_id", "user_id too long"),
+        (
+            "alice",
+            json!({"task_type": "t".repeat(65), "resource_key": "doc"}),
+            "task_type",
+            "task_type too long",
+        ),
+        (
+            "alice",
+            json!({"task_type": "export", "resource_key": "doc", "payload": {"note": "a\u{0}b"}}),
+            "NUL",
+            "NUL in payload",
+        ),
+    ];
+    for (user, body, needle, case) in key_cases {
+        assert_error(
+            send(server.post_task(user, &body)).await,
+            unprocessable,
+            needle,
+            case,
+        );
+    }
+
+    let mut invalid_utf8 = server.base.clone();
+    invalid_utf8.set_path("/users/%FF/tasks");
+    assert_error(
+        send(server.client.post(invalid_utf8).json(&ok("doc"))).await,
+        StatusCode::BAD_REQUEST,
+        "",
+        "user_id not UTF-8 (path %FF)",
+    );
+    assert_error(
+        send(server.client.get(server.url(&["nowhere"]))).await,
+        StatusCode::NOT_FOUND,
+        "route",
+        "unknown route",
+    );
+    assert_error(
+        send(server.client.get(server.url(&["users", "alice", "tasks"]))).await,
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method",
+        "wrong method",
+    );
+    assert_eq!(task_count(db).await, 0, "no bad request wrote a task");
+    assert!(projection(db).await.is_empty());
+
+    // At the limits is fine: 255 four-byte characters, stored and read back unchanged.
+    let crabs = "🦀".repeat(255);
+    let (status, body) = send(server.post_task("alice", &ok(&crabs))).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["resource_key"], json!(crabs));
+    assert_eq!(projection(db).await[0].resource_key, crabs);
+}
+
+async fn ids_unknown_or_malformed_get_a_json_4xx(db: &TestDb) {
+    let server = start(db).await;
+    let unknown = Uuid::now_v7().to_string();
+    assert_error(
+        send(server.get_task(&unknown)).await,
+        StatusCode::NOT_FOUND,
+        &unknown,
+        "GET unknown id",
+    );
+    assert_error(
+        send(server.cancel(&unknown)).await,
+        StatusCode::NOT_FOUND,
+        &unknown,
+        "cancel unknown id",
+    );
+    for malformed in ["not-a-uuid", "42", "0195f7d2-0000-7000-8000-00000000000g"] {
+        assert_error(
+            send(server.get_task(malformed)).await,
+            StatusCode::BAD_REQUEST,
+            "",
+            &format!("GET {malformed}"),
+        );
+        assert_error(
+            send(server.cancel(malformed)).await,
+            StatusCode::BAD_REQUEST,
+            "",
+            &format!("cancel {malformed}"),
+        );
+    }
+    assert!(projection(db).await.is_empty());
+}
+
+async fn cancel_answers_404_409_and_releases_the_key(db: &TestDb) {
+    let server = start(db).await;
+    let doc = json!({"task_type": "export", "resource_key": "doc"});
+    let (status, first) = send(server.post_task("alice", &doc)).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let first_id = id_of(&first).to_string();
+
+    // Bad cancel bodies are refused before anything changes.
+    let bad_json = server
+        .cancel(&first_id)
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body("{");
+    assert_error(
+        send(bad_json).await,
+        StatusCode::BAD_REQUEST,
+        "",
+        "bad JSON",
+    );
+    for (reason, case) in [
+        ("a\0b".to_owned(), "NUL"),
+        ("r".repeat(task_dedup::MAX_ERROR_CHARS + 1), "too long"),
+    ] {
+        assert_error(
+            send(server.cancel(&first_id).json(&json!({ "reason": reason }))).await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "reason",
+            case,
+        );
+    }
+    let (_, still) = send(server.get_task(&first_id)).await;
+    assert_eq!(still["status"], "queued");
+
+    let (status, cancelled) = send(
+        server
+            .cancel(&first_id)
+            .json(&json!({"reason": "changed my mind"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{cancelled}");
+    assert_eq!(cancelled["status"], "cancelled");
+    assert_eq!(cancelled["error"], "changed my mind");
+    assert_error(
+        send(server.cancel(&first_id)).await,
+        StatusCode::CONFLICT,
+        "cancelled",
+        "cancel a cancelled task",
+    );
+
+    // The key is free again: a new task, not a hit.
+    let (status, second) = send(server.post_task("alice", &doc)).await;
+    assert_eq!(status, StatusCode::CREATED, "{second}");
+    assert_eq!(second["deduplicated"], false);
+    assert_ne!(id_of(&second), id_of(&first));
+    let second_id = id_of(&second);
+
+    // A task a worker finished cannot be cancelled either. No body: the default reason.
+    let worker = "test-worker";
+    let claimed = db
+        .db
+        .claim(worker, &["export"], Duration::from_secs(60))
+        .await
+        .expect("claim")
+        .expect("a queued task");
+    assert_eq!(claimed.id, second_id);
+    db.db
+        .complete(second_id, worker, None)
+        .await
+        .expect("complete");
+    assert_error(
+        send(server.cancel(&second_id.to_string())).await,
+        StatusCode::CONFLICT,
+        "succeeded",
+        "cancel a succeeded task",
+    );
+    let (status, third) = send(server.post_task("alice", &doc)).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, third) = send(server.cancel(&id_of(&third).to_string())).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(third["error"], "cancelled through the API");
+
+    let rows = projection(db).await;
+    let status_of = |id: Uuid| rows.iter().find(|r| r.task_id == id).map(|r| r.status);
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    assert_eq!(status_of(id_of(&first)), Some(TaskStatus::Cancelled));
+    assert_eq!(status_of(id_of(&third)), Some(TaskStatus::Cancelled));
+    // The worker does not write the projection: it shows what the service last saw.
+    assert_eq!(status_of(second_id), Some(TaskStatus::Queued));
+}
+
+async fn failed_projection_write_rolls_back_the_enqueue(db: &TestDb) {
+    let server = start(db).await;
+    db.exec("DROP TABLE workflow_run").await;
+    let doc = json!({"task_type": "export", "resource_key": "doc"});
+    assert_error(
+        send(server.post_task("alice", &doc)).await,
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal error",
+        "projection table gone",
+    );
+    // The task and its projection row commit together or not at all.
+    assert_eq!(task_count(db).await, 0);
+}
