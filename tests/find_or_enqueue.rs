@@ -22,6 +22,7 @@ use tokio::sync::Barrier;
 matrix!(
     storm_on_one_key_creates_exactly_one,
     storm_over_eight_keys_gives_each_caller_its_own_key,
+    pool_opened_before_the_migrations_dedups,
     churn_never_errors_or_crosses_keys,
     hit_inside_a_transaction_leaves_it_usable,
     rolled_back_create_frees_the_key,
@@ -175,6 +176,25 @@ async fn storm_over_eight_keys_gives_each_caller_its_own_key(db: &TestDb) {
             );
         }
         assert_eq!(active_rows(&db.db, key).await.len(), 1);
+    }
+}
+
+/// An application that opens its pool, then migrates: every pooled connection saw the
+/// schema before the unique index existed (SQLite keeps it in memory per connection).
+async fn pool_opened_before_the_migrations_dedups(db: &TestDb) {
+    let pool = db.pool(8).await;
+    db.migrate().await;
+    for round in 0..3 {
+        let key = key(&format!("doc-{round}"));
+        let outcomes = storm(
+            &pool,
+            std::slice::from_ref(&key),
+            8,
+            Strategy::FindOrEnqueue,
+        )
+        .await;
+        assert_one_created(&outcomes, 8);
+        assert_eq!(active_rows(&db.db, &key).await.len(), 1);
     }
 }
 

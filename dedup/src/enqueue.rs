@@ -117,7 +117,7 @@ impl<C: DedupConnection> TaskDedup for C {
         }
         let dialect = Dialect::of(self)?;
         let now = task_run::now();
-        let row = task_run::Model {
+        let mut row = task_run::Model {
             id: Uuid::now_v7(),
             user_id: key.user_id().to_owned(),
             task_type: key.task_type().to_owned(),
@@ -150,6 +150,9 @@ impl<C: DedupConnection> TaskDedup for C {
                         return Ok(Enqueued::Existing(existing));
                     }
                     tracing::debug!(key = %key, attempt, "conflicting task finished before it was read; retrying");
+                    // A fresh id, in case what conflicted was the id itself (SQLite's
+                    // DO NOTHING covers the primary key too).
+                    row.id = Uuid::now_v7();
                 }
                 Err(err) if is_transaction_conflict(&err) => {
                     if self.in_transaction() {

@@ -12,7 +12,7 @@ use sea_orm::{
 };
 use task_dedup_entity::{TaskStatus, active_status_sql};
 
-use crate::error::is_active_index_violation;
+use crate::connection::{self, DedupConnection};
 use crate::key::TaskKey;
 use crate::task_run::{self, Column};
 
@@ -75,7 +75,7 @@ impl Dialect {
 
     /// Inserts `row` unless the key already has an active task. `true` when this call
     /// inserted it: never inferred from a count that a no-op could also produce.
-    pub(crate) async fn insert_if_absent<C: ConnectionTrait + ?Sized>(
+    pub(crate) async fn insert_if_absent<C: DedupConnection + ?Sized>(
         self,
         db: &C,
         row: &task_run::Model,
@@ -88,7 +88,7 @@ impl Dialect {
     }
 
     /// The active task of `key`, if any.
-    pub(crate) async fn find_active<C: ConnectionTrait + ?Sized>(
+    pub(crate) async fn find_active<C: DedupConnection + ?Sized>(
         self,
         db: &C,
         key: &TaskKey,
@@ -104,9 +104,11 @@ impl Dialect {
             key.task_type().into(),
             key.resource_key().into(),
         ];
-        let row = db
-            .query_one_raw(Statement::from_sql_and_values(self.backend(), sql, values))
-            .await?;
+        let row = connection::query_one(
+            db,
+            Statement::from_sql_and_values(self.backend(), sql, values),
+        )
+        .await?;
         row.map(|row| model(&row)).transpose()
     }
 
@@ -224,28 +226,6 @@ fn insert_sql(dialect: Dialect, suffix: &str) -> String {
         "INSERT INTO task_run ({INSERT_COLUMNS}) VALUES ({}){suffix}",
         params.join(", ")
     )
-}
-
-/// Runs a plain INSERT of `row`: `Ok(false)` when it hit `task_active_resource_uidx`.
-/// For the dialects where a failed statement leaves the transaction usable.
-async fn insert_or_conflict<C: ConnectionTrait + ?Sized>(
-    db: &C,
-    backend: DbBackend,
-    sql: &str,
-    row: &task_run::Model,
-) -> Result<bool, DbErr> {
-    let result = db
-        .execute_raw(Statement::from_sql_and_values(
-            backend,
-            sql,
-            insert_values(row),
-        ))
-        .await;
-    match result {
-        Ok(_) => Ok(true),
-        Err(err) if is_active_index_violation(&err) => Ok(false),
-        Err(err) => Err(err),
-    }
 }
 
 /// The active task of a key, followed by `suffix`.

@@ -7,9 +7,11 @@ use sea_orm::sea_query::Expr;
 use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, TransactionSession, TransactionTrait};
 
 use super::{
-    COLUMNS, Dialect, Lookup, claim_set_sql, find_active_sql as select_active, insert_or_conflict,
-    insert_sql, model, next_queued_sql,
+    COLUMNS, Dialect, Lookup, claim_set_sql, find_active_sql as select_active, insert_sql,
+    insert_values, model, next_queued_sql,
 };
+use crate::connection::{self, DedupConnection};
+use crate::error::is_active_index_violation;
 use crate::task_run;
 
 static INSERT: LazyLock<String> = LazyLock::new(|| insert_sql(Dialect::MySql, ""));
@@ -27,11 +29,20 @@ static FIND_ACTIVE_AFTER_CONFLICT: LazyLock<String> =
 /// `ON DUPLICATE KEY UPDATE` (a write on the hit path, and with CLIENT_FOUND_ROWS the
 /// affected-row count cannot tell a no-op from an insert). A failed statement does not
 /// abort an InnoDB transaction.
-pub(super) async fn insert_if_absent<C: ConnectionTrait + ?Sized>(
+pub(super) async fn insert_if_absent<C: DedupConnection + ?Sized>(
     db: &C,
     row: &task_run::Model,
 ) -> Result<bool, DbErr> {
-    insert_or_conflict(db, DbBackend::MySql, &INSERT, row).await
+    let result = connection::execute(
+        db,
+        Statement::from_sql_and_values(DbBackend::MySql, INSERT.as_str(), insert_values(row)),
+    )
+    .await;
+    match result {
+        Ok(_) => Ok(true),
+        Err(err) if is_active_index_violation(&err) => Ok(false),
+        Err(err) => Err(err),
+    }
 }
 
 pub(super) fn find_active_sql(lookup: Lookup) -> &'static str {

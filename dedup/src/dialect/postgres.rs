@@ -11,6 +11,7 @@ use super::{
     COLUMNS, Dialect, Lookup, claim_set_sql, find_active_sql as select_active, insert_sql,
     insert_values, model, next_queued_sql,
 };
+use crate::connection::{self, DedupConnection};
 use crate::task_run;
 
 /// The conflict target repeats the index predicate, as literals: with bound values,
@@ -29,17 +30,19 @@ static FIND_ACTIVE: LazyLock<String> = LazyLock::new(|| select_active(Dialect::P
 
 /// `DO NOTHING`, not catching the unique violation: a failed INSERT would abort the
 /// caller's transaction, `DO NOTHING` leaves it usable. The affected-row count is exact.
-pub(super) async fn insert_if_absent<C: ConnectionTrait + ?Sized>(
+pub(super) async fn insert_if_absent<C: DedupConnection + ?Sized>(
     db: &C,
     row: &task_run::Model,
 ) -> Result<bool, DbErr> {
-    let result = db
-        .execute_raw(Statement::from_sql_and_values(
+    let result = connection::execute(
+        db,
+        Statement::from_sql_and_values(
             DbBackend::Postgres,
             INSERT_IF_ABSENT.as_str(),
             insert_values(row),
-        ))
-        .await?;
+        ),
+    )
+    .await?;
     Ok(result.rows_affected() == 1)
 }
 

@@ -1,5 +1,5 @@
-//! SQLite: a plain INSERT against the partial unique index, claims in one `UPDATE`
-//! (SQLite has no row locks; one statement is atomic under its write lock).
+//! SQLite: `ON CONFLICT DO NOTHING` against the partial unique index, claims in one
+//! `UPDATE` (SQLite has no row locks; one statement is atomic under its write lock).
 
 use std::sync::LazyLock;
 
@@ -7,28 +7,41 @@ use sea_orm::sea_query::Expr;
 use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, TransactionTrait};
 
 use super::{
-    COLUMNS, Dialect, Lookup, claim_set_sql, find_active_sql as select_active, insert_or_conflict,
-    insert_sql, model, next_queued_sql,
+    COLUMNS, Dialect, Lookup, claim_set_sql, find_active_sql as select_active, insert_sql,
+    insert_values, model, next_queued_sql,
 };
+use crate::connection::{self, DedupConnection};
 use crate::task_run;
 
-static INSERT: LazyLock<String> = LazyLock::new(|| insert_sql(Dialect::Sqlite, ""));
+/// `ON CONFLICT DO NOTHING` without a conflict target: it covers the partial unique
+/// index (and the primary key) and, unlike a targeted clause, is not matched against
+/// the schema when the statement is prepared. A pooled connection opened before the
+/// index was created still has the old schema in memory, and a targeted clause fails
+/// there ("ON CONFLICT clause does not match any PRIMARY KEY or UNIQUE constraint")
+/// instead of being re-prepared; this one is re-prepared on the schema change. NOT NULL
+/// and CHECK violations still fail, unlike with `INSERT OR IGNORE`.
+static INSERT_IF_ABSENT: LazyLock<String> =
+    LazyLock::new(|| insert_sql(Dialect::Sqlite, " ON CONFLICT DO NOTHING"));
 
 static FIND_ACTIVE: LazyLock<String> = LazyLock::new(|| select_active(Dialect::Sqlite, ""));
 
-/// A plain INSERT, and the unique violation of our index means "exists": a failed
-/// statement does not end an SQLite transaction. Not `ON CONFLICT ... DO NOTHING`: that
-/// clause is checked against the schema when the statement is prepared, and a pooled
-/// connection opened before the index was created still has the old schema, so it
-/// fails ("ON CONFLICT clause does not match any PRIMARY KEY or UNIQUE constraint")
-/// instead of being re-prepared. A plain INSERT is re-prepared on the schema change.
 /// One write statement takes the write lock at once (waiting out `busy_timeout`): no
-/// read-to-write upgrade that could fail with SQLITE_BUSY.
-pub(super) async fn insert_if_absent<C: ConnectionTrait + ?Sized>(
+/// read-to-write upgrade that could fail with SQLITE_BUSY. The affected-row count is
+/// exact.
+pub(super) async fn insert_if_absent<C: DedupConnection + ?Sized>(
     db: &C,
     row: &task_run::Model,
 ) -> Result<bool, DbErr> {
-    insert_or_conflict(db, DbBackend::Sqlite, &INSERT, row).await
+    let result = connection::execute(
+        db,
+        Statement::from_sql_and_values(
+            DbBackend::Sqlite,
+            INSERT_IF_ABSENT.as_str(),
+            insert_values(row),
+        ),
+    )
+    .await?;
+    Ok(result.rows_affected() == 1)
 }
 
 /// Writers are serialized, so the conflicting row is committed and visible.

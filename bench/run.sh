@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Runs the benchmark matrix: every strategy x workload, on SQLite (WAL file), PostgreSQL
+# and MariaDB/MySQL, at 1, 16 and 64 clients on a pool of 16, then prints one table with
+# each strategy's throughput as a ratio to raw-dedup on the same dialect, workload and
+# client count (measured in the same run of this script).
+#
+#   bench/run.sh                       # everything (about 20 minutes on 2 cores)
+#   BENCH_DIALECTS="postgres" BENCH_CLIENTS="16" bench/run.sh
+#
+# Environment (defaults fit the development machine):
+#   BENCH_SQLITE_URL    sqlite:///tmp/task-dedup-bench.db?mode=rwc
+#   BENCH_POSTGRES_URL  postgres://postgres@127.0.0.1:5432/task_dedup_bench?sslmode=disable
+#   BENCH_MYSQL_URL     mysql://root@127.0.0.1:3306/task_dedup_bench
+#   BENCH_DIALECTS      "sqlite postgres mysql"     BENCH_CLIENTS  "1 16 64"
+#   BENCH_WORKLOADS     "unique dup churn race"     BENCH_POOL     16
+#   BENCH_STRATEGIES    all six                     BENCH_OPS      10000
+# The bench drops and recreates task-dedup's tables in those databases; the PostgreSQL
+# and MySQL databases must exist (createdb task_dedup_bench / CREATE DATABASE ...).
+# Raw results go to bench/results/<timestamp>.txt.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+sqlite_url=${BENCH_SQLITE_URL:-"sqlite:///tmp/task-dedup-bench.db?mode=rwc"}
+postgres_url=${BENCH_POSTGRES_URL:-"postgres://postgres@127.0.0.1:5432/task_dedup_bench?sslmode=disable"}
+mysql_url=${BENCH_MYSQL_URL:-"mysql://root@127.0.0.1:3306/task_dedup_bench"}
+dialects=${BENCH_DIALECTS:-"sqlite postgres mysql"}
+clients_list=${BENCH_CLIENTS:-"1 16 64"}
+workloads=${BENCH_WORKLOADS:-"unique dup churn race"}
+strategies=${BENCH_STRATEGIES:-"raw-dedup find-or-enqueue raw-insert naive serializable advisory-lock"}
+pool=${BENCH_POOL:-16}
+ops=${BENCH_OPS:-10000}
+
+cargo build --quiet --release -p task-dedup-bench
+bin=target/release/task-dedup-bench
+mkdir -p bench/results
+results="bench/results/$(date -u +%Y%m%dT%H%M%SZ).txt"
+{
+  echo "# $(date -u) $(uname -srm), $(nproc) cpus; pool=$pool ops=$ops"
+  echo "# dialect clients strategy workload ops seconds ops_per_sec duplicates_active active_jobs created errors | p50_us p99_us cpu_us_per_call"
+} >"$results"
+
+for dialect in $dialects; do
+  case $dialect in
+    sqlite) url=$sqlite_url ;;
+    postgres) url=$postgres_url ;;
+    mysql) url=$mysql_url ;;
+    *) echo "unknown dialect $dialect" >&2; exit 1 ;;
+  esac
+  for workload in $workloads; do
+    for clients in $clients_list; do
+      for strategy in $strategies; do
+        [ "$strategy" = advisory-lock ] && [ "$dialect" != postgres ] && continue
+        out=$("$bin" --url "$url" --strategy "$strategy" --workload "$workload" \
+          --clients "$clients" --pool "$pool" --ops "$ops" --deadline-secs 120) || {
+          echo "$dialect $clients $strategy $workload FAILED" | tee -a "$results" >&2
+          continue
+        }
+        line=$(sed -n 1p <<<"$out")
+        extra=$(sed -n 2p <<<"$out" | tr ' ' '\n' | grep -E '^(p50_us|p99_us|cpu_us_per_call)=' | cut -d= -f2 | tr '\n' ' ')
+        echo "$dialect $clients $line | $extra" | tee -a "$results"
+      done
+    done
+  done
+done
+
+echo
+echo "Ratios to raw-dedup (same dialect, workload, clients); raw results in $results"
+awk '
+  /^#/ || /FAILED/ { next }
+  {
+    key = $1 " " $4 " " $2
+    ops[key, $3] = $7; line[NR] = $0; order[NR] = key; strat[NR] = $3
+    if ($3 == "raw-dedup") base[key] = $7
+  }
+  END {
+    printf "%-8s %-7s %7s  %-16s %9s %6s %8s %8s %8s %7s %6s\n", "dialect", "workload", "clients", "strategy", "ops/s", "ratio", "p50_us", "p99_us", "cpu_us", "dup_act", "errors"
+    for (i = 1; i <= NR; i++) {
+      if (!(i in line)) continue
+      split(line[i], f, " ")
+      ratio = (base[order[i]] > 0) ? sprintf("%.2f", f[7] / base[order[i]]) : "-"
+      printf "%-8s %-7s %7s  %-16s %9.0f %6s %8s %8s %8s %7s %6s\n", f[1], f[4], f[2], f[3], f[7], ratio, f[13], f[14], f[15], f[8], f[11]
+    }
+  }' "$results"

@@ -1,0 +1,91 @@
+//! Command-line arguments.
+
+use clap::{Parser, ValueEnum};
+
+/// One benchmark run.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    version,
+    about = "Benchmark find_or_enqueue against raw SQL and unsafe strategies"
+)]
+pub struct Args {
+    /// Database URL (sqlite://file?mode=rwc, postgres://..., mysql://...). The bench drops
+    /// and recreates task-dedup's tables there.
+    #[arg(long, env = "DATABASE_URL")]
+    pub url: String,
+    /// What the callers do.
+    #[arg(long, value_enum)]
+    pub workload: Workload,
+    /// How each call enqueues.
+    #[arg(long, value_enum)]
+    pub strategy: Strategy,
+    /// Concurrent callers.
+    #[arg(long, default_value_t = 16)]
+    pub clients: usize,
+    /// Connections in the pool, shared by every strategy.
+    #[arg(long, default_value_t = 16)]
+    pub pool: u32,
+    /// Timed calls in all.
+    #[arg(long, default_value_t = 10_000)]
+    pub ops: usize,
+    /// Distinct keys for `dup` and `churn`.
+    #[arg(long, default_value_t = 64)]
+    pub keys: usize,
+    /// Untimed calls before the run.
+    #[arg(long, default_value_t = 1_000)]
+    pub warmup: usize,
+    /// The run stops by itself after this long, with the calls done so far.
+    #[arg(long, default_value_t = 120)]
+    pub deadline_secs: u64,
+    /// Print one JSON object instead of the two text lines.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What the callers do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Workload {
+    /// Every call a new key: all creates.
+    Unique,
+    /// Keys drawn from `--keys` keys that never finish: almost all hits.
+    Dup,
+    /// Like `dup`, while a finisher keeps completing the active tasks of those keys.
+    Churn,
+    /// All callers behind a barrier on one key, round after round.
+    Race,
+}
+
+/// How a call enqueues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Strategy {
+    /// task-dedup's `find_or_enqueue`.
+    FindOrEnqueue,
+    /// A plain prepared INSERT through sqlx, no dedup at all: the write ceiling.
+    RawInsert,
+    /// The best hand-written SQL through sqlx: insert-or-nothing, then a SELECT on a miss.
+    RawDedup,
+    /// Read, then insert when nothing was found, without the unique index. Unsafe.
+    Naive,
+    /// Read-then-insert in a SERIALIZABLE transaction, retried on serialization failure.
+    Serializable,
+    /// PostgreSQL only: transaction-scoped advisory lock on the key's hash, read, insert.
+    AdvisoryLock,
+}
+
+impl Strategy {
+    /// Whether the strategy relies on `task_active_resource_uidx`. The others run on a
+    /// table without it, so that their own correctness is what gets measured.
+    pub fn uses_unique_index(self) -> bool {
+        matches!(self, Strategy::FindOrEnqueue | Strategy::RawDedup)
+    }
+}
+
+/// The name as given on the command line.
+pub fn name(value: &impl ValueEnum) -> String {
+    value
+        .to_possible_value()
+        .map(|v| v.get_name().to_owned())
+        .unwrap_or_default()
+}

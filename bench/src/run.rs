@@ -1,0 +1,332 @@
+//! One run: schema, warm-up, timed phase, check, report.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use sea_orm::{ConnectOptions, ConnectionTrait, DatabaseConnection, DbBackend};
+use task_dedup::TaskKey;
+use task_dedup_migration::{Migrator, MigratorTrait};
+use tokio::sync::Barrier;
+
+use crate::args::{Args, Strategy, Workload, name};
+use crate::check::{TableCheck, check};
+use crate::strategy::{Outcome, Runner};
+use crate::workload::{XorShift, hot_key, key};
+
+/// The result of a run.
+#[derive(Debug, serde::Serialize)]
+pub struct Report {
+    pub strategy: Strategy,
+    pub workload: Workload,
+    pub dialect: &'static str,
+    pub clients: usize,
+    pub pool: u32,
+    pub ops: usize,
+    pub seconds: f64,
+    pub ops_per_sec: f64,
+    pub created: usize,
+    pub errors: usize,
+    pub p50_us: u64,
+    pub p99_us: u64,
+    pub cpu_us_per_call: f64,
+    /// Active tasks the churn finisher completed during the run.
+    pub finished_by_churn: u64,
+    pub deadline_hit: bool,
+    #[serde(flatten)]
+    pub table: TableCheck,
+}
+
+impl Report {
+    pub fn print(&self, args: &Args) {
+        if args.json {
+            match serde_json::to_string(self) {
+                Ok(json) => println!("{json}"),
+                Err(e) => eprintln!("task-dedup-bench: {e}"),
+            }
+            return;
+        }
+        println!(
+            "{} {} {} {:.3} {:.0} {} {} {} {}",
+            name(&self.strategy),
+            name(&self.workload),
+            self.ops,
+            self.seconds,
+            self.ops_per_sec,
+            self.table.duplicates_active,
+            self.table.active_jobs,
+            self.created,
+            self.errors
+        );
+        println!(
+            "# dialect={} clients={} pool={} p50_us={} p99_us={} cpu_us_per_call={:.1} rows={} finished_by_churn={} deadline_hit={}",
+            self.dialect,
+            self.clients,
+            self.pool,
+            self.p50_us,
+            self.p99_us,
+            self.cpu_us_per_call,
+            self.table.rows,
+            self.finished_by_churn,
+            self.deadline_hit
+        );
+    }
+}
+
+/// What one phase's callers did.
+#[derive(Default)]
+struct Tally {
+    ops: usize,
+    created: usize,
+    errors: usize,
+    latencies_us: Vec<u64>,
+    first_error: Option<String>,
+}
+
+pub async fn run(args: &Args) -> Result<Report, String> {
+    if args.clients == 0 || args.pool == 0 || args.keys == 0 {
+        return Err("--clients, --pool and --keys must be at least 1".into());
+    }
+    prepare_schema(args).await?;
+    let db = open_pool(args).await?;
+    let dialect = match db.get_database_backend() {
+        DbBackend::Postgres => "postgres",
+        DbBackend::MySql => "mysql",
+        _ => "sqlite",
+    };
+    if args.strategy == Strategy::AdvisoryLock && dialect != "postgres" {
+        return Err("advisory-lock runs on PostgreSQL only".into());
+    }
+    let runner = Arc::new(Runner::new(args.strategy, db.clone()));
+
+    phase(args, &runner, &db, "warmup", args.warmup, None).await;
+    db.execute_unprepared("DELETE FROM task_run")
+        .await
+        .map_err(|e| e.to_string())?;
+
+    let deadline = Instant::now() + Duration::from_secs(args.deadline_secs);
+    let cpu_before = process_cpu_us();
+    let started = Instant::now();
+    let (mut tally, finished_by_churn) =
+        phase(args, &runner, &db, "run", args.ops, Some(deadline)).await;
+    let seconds = started.elapsed().as_secs_f64();
+    let cpu_us = process_cpu_us().saturating_sub(cpu_before);
+
+    if let Some(error) = &tally.first_error {
+        eprintln!("task-dedup-bench: first error: {error}");
+    }
+    let table = check(&db).await.map_err(|e| e.to_string())?;
+    tally.latencies_us.sort_unstable();
+    let percentile = |p: f64| {
+        let n = tally.latencies_us.len();
+        if n == 0 {
+            0
+        } else {
+            tally.latencies_us[((n as f64 * p) as usize).min(n - 1)]
+        }
+    };
+    Ok(Report {
+        strategy: args.strategy,
+        workload: args.workload,
+        dialect,
+        clients: args.clients,
+        pool: args.pool,
+        ops: tally.ops,
+        seconds,
+        ops_per_sec: tally.ops as f64 / seconds.max(f64::EPSILON),
+        created: tally.created,
+        errors: tally.errors,
+        p50_us: percentile(0.50),
+        p99_us: percentile(0.99),
+        cpu_us_per_call: cpu_us as f64 / tally.ops.max(1) as f64,
+        finished_by_churn,
+        deadline_hit: Instant::now() > deadline,
+        table,
+    })
+}
+
+/// Recreates task-dedup's tables with its migrations, on a connection of its own: a
+/// pooled SQLite connection opened before a schema change would keep the old schema for
+/// `ON CONFLICT` targets. Strategies that do not rely on the unique index get a table
+/// without it, so their own correctness is what the check measures.
+async fn prepare_schema(args: &Args) -> Result<(), String> {
+    remove_sqlite_file(&args.url);
+    let db = task_dedup::connect(&args.url)
+        .await
+        .map_err(|e| e.to_string())?;
+    Migrator::down(&db, None).await.map_err(|e| e.to_string())?;
+    Migrator::up(&db, None).await.map_err(|e| e.to_string())?;
+    if !args.strategy.uses_unique_index() {
+        Migrator::down(&db, Some(1))
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    db.close().await.map_err(|e| e.to_string())
+}
+
+/// Starts SQLite runs from a fresh file: a file that earlier runs grew (free pages, a
+/// long WAL) makes timings drift from run to run.
+fn remove_sqlite_file(url: &str) {
+    let Some(rest) = url.strip_prefix("sqlite://") else {
+        return;
+    };
+    let path = rest.split('?').next().unwrap_or_default();
+    if path.is_empty() || path.contains(":memory:") {
+        return;
+    }
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{path}{suffix}"));
+    }
+}
+
+/// The pool every strategy runs on: the same settings whatever the strategy, opened up
+/// front.
+async fn open_pool(args: &Args) -> Result<DatabaseConnection, String> {
+    let mut options = ConnectOptions::new(args.url.clone());
+    options
+        .max_connections(args.pool)
+        .min_connections(args.pool)
+        .sqlx_logging(false)
+        .test_before_acquire_if_idle_for(Duration::from_secs(30));
+    task_dedup::connect_with(options)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Runs `ops` calls over `args.clients` callers; with a churn workload, a finisher
+/// completes active tasks meanwhile. Returns the tally and how many tasks the finisher
+/// completed.
+async fn phase(
+    args: &Args,
+    runner: &Arc<Runner>,
+    db: &DatabaseConnection,
+    label: &'static str,
+    ops: usize,
+    deadline: Option<Instant>,
+) -> (Tally, u64) {
+    let done = Arc::new(AtomicBool::new(false));
+    let finisher = (args.workload == Workload::Churn)
+        .then(|| tokio::spawn(churn_finisher(db.clone(), args.keys, done.clone())));
+
+    let next = Arc::new(AtomicUsize::new(0));
+    let rounds = ops.div_ceil(args.clients);
+    let barriers = Arc::new((Barrier::new(args.clients), Barrier::new(args.clients)));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut callers = Vec::with_capacity(args.clients);
+    for client in 0..args.clients {
+        let (runner, next, barriers, stop) =
+            (runner.clone(), next.clone(), barriers.clone(), stop.clone());
+        let (workload, keys) = (args.workload, args.keys);
+        callers.push(tokio::spawn(async move {
+            let mut tally = Tally::default();
+            let mut rng = XorShift::new(client as u64 + 1);
+            let past_deadline = || deadline.is_some_and(|d| Instant::now() > d);
+            if workload == Workload::Race {
+                for round in 0..rounds {
+                    // The leader decides for everyone whether to go on, so no caller
+                    // is left waiting at a barrier the others abandoned.
+                    if barriers.0.wait().await.is_leader() && past_deadline() {
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                    barriers.1.wait().await;
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let key = key(workload, label, client, round, keys, &mut rng);
+                    call(&runner, &key, &mut tally).await;
+                }
+            } else {
+                loop {
+                    let seq = next.fetch_add(1, Ordering::Relaxed);
+                    if seq >= ops || past_deadline() {
+                        break;
+                    }
+                    let key = key(workload, label, client, seq, keys, &mut rng);
+                    call(&runner, &key, &mut tally).await;
+                }
+            }
+            tally
+        }));
+    }
+    let mut total = Tally::default();
+    for caller in callers {
+        if let Ok(tally) = caller.await {
+            total.ops += tally.ops;
+            total.created += tally.created;
+            total.errors += tally.errors;
+            total.latencies_us.extend(tally.latencies_us);
+            total.first_error = total.first_error.or(tally.first_error);
+        }
+    }
+    done.store(true, Ordering::Relaxed);
+    let finished = match finisher {
+        Some(handle) => handle.await.unwrap_or(0),
+        None => 0,
+    };
+    (total, finished)
+}
+
+async fn call(runner: &Runner, key: &TaskKey, tally: &mut Tally) {
+    let started = Instant::now();
+    let outcome = runner.call(key).await;
+    tally
+        .latencies_us
+        .push(started.elapsed().as_micros().try_into().unwrap_or(u64::MAX));
+    tally.ops += 1;
+    match outcome {
+        Ok(Outcome::Created) => tally.created += 1,
+        Ok(Outcome::Existing) => {}
+        Err(error) => {
+            tally.errors += 1;
+            tally.first_error.get_or_insert(error);
+        }
+    }
+}
+
+/// Completes the active task of random hot keys until told to stop, with plain SQL
+/// (the same for every strategy). Returns how many it completed.
+async fn churn_finisher(db: DatabaseConnection, keys: usize, done: Arc<AtomicBool>) -> u64 {
+    use sea_orm::sea_query::{Expr, ExprTrait, Query};
+    use task_dedup::task_run::{self, Column};
+
+    let mut rng = XorShift::new(u64::MAX / 3);
+    let mut finished = 0;
+    while !done.load(Ordering::Relaxed) {
+        let key = hot_key(rng.below(keys));
+        let update = Query::update()
+            .table(task_run::Entity)
+            .value(Column::Status, "succeeded")
+            .value(Column::FinishedAt, task_run::now())
+            .value(Column::UpdatedAt, task_run::now())
+            .and_where(Expr::col(Column::UserId).eq(key.user_id()))
+            .and_where(Expr::col(Column::TaskType).eq(key.task_type()))
+            .and_where(Expr::col(Column::ResourceKey).eq(key.resource_key()))
+            .and_where(Expr::cust(task_dedup::active_status_sql()))
+            .to_owned();
+        match db.execute(&update).await {
+            Ok(result) => finished += result.rows_affected(),
+            Err(_) => tokio::time::sleep(Duration::from_millis(1)).await,
+        }
+    }
+    finished
+}
+
+/// This process's user + system CPU time, in microseconds, from /proc (0 elsewhere).
+fn process_cpu_us() -> u64 {
+    // Fields 14 and 15 of /proc/self/stat, in clock ticks of 1/100 s (USER_HZ).
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0;
+    };
+    let Some(after_name) = stat.rsplit_once(") ").map(|(_, rest)| rest) else {
+        return 0;
+    };
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // After the name, field 3 (state) is index 0, so utime (14) is 11 and stime (15) 12.
+    (ticks(11) + ticks(12)) * 10_000
+}
