@@ -22,7 +22,7 @@ use tokio::sync::Barrier;
 matrix!(
     storm_on_one_key_creates_exactly_one,
     storm_over_eight_keys_gives_each_caller_its_own_key,
-    pool_opened_before_the_migrations_dedups,
+    pool_opened_before_the_index_dedups,
     churn_never_errors_or_crosses_keys,
     hit_inside_a_transaction_leaves_it_usable,
     rolled_back_create_frees_the_key,
@@ -179,10 +179,26 @@ async fn storm_over_eight_keys_gives_each_caller_its_own_key(db: &TestDb) {
     }
 }
 
-/// An application that opens its pool, then migrates: every pooled connection saw the
-/// schema before the unique index existed (SQLite keeps it in memory per connection).
-async fn pool_opened_before_the_migrations_dedups(db: &TestDb) {
+/// An application whose pool was open while the unique index was created (a rolling
+/// upgrade, or migrations run through the same pool): SQLite keeps each connection's
+/// schema in memory, so those connections knew `task_run` but not the index.
+async fn pool_opened_before_the_index_dedups(db: &TestDb) {
+    Migrator::up(&db.db, Some(1))
+        .await
+        .expect("table without the index");
     let pool = db.pool(8).await;
+    // Every pooled connection reads task_run once: eight transactions hold all eight
+    // connections at the same time.
+    let mut txns = Vec::new();
+    for _ in 0..8 {
+        let txn = pool.begin().await.expect("begin");
+        task_run::Entity::find()
+            .count(&txn)
+            .await
+            .expect("read task_run");
+        txns.push(txn);
+    }
+    drop(txns);
     db.migrate().await;
     for round in 0..3 {
         let key = key(&format!("doc-{round}"));
