@@ -14,6 +14,8 @@
 #   BENCH_DIALECTS      "sqlite postgres mysql"     BENCH_CLIENTS  "1 16 64"
 #   BENCH_WORKLOADS     "unique dup churn race"     BENCH_POOL     16
 #   BENCH_STRATEGIES    all six                     BENCH_OPS      10000
+#   BENCH_REPEAT        1: runs of each cell; the table shows medians (worst case for
+#                       duplicates and errors), strategies interleaved within a repeat
 # The bench drops and recreates task-dedup's tables in those databases; the PostgreSQL
 # and MySQL databases must exist (createdb task_dedup_bench / CREATE DATABASE ...).
 # Raw results go to bench/results/<timestamp>.txt.
@@ -29,13 +31,14 @@ workloads=${BENCH_WORKLOADS:-"unique dup churn race"}
 strategies=${BENCH_STRATEGIES:-"raw-dedup find-or-enqueue raw-insert naive serializable advisory-lock"}
 pool=${BENCH_POOL:-16}
 ops=${BENCH_OPS:-10000}
+repeat=${BENCH_REPEAT:-1}
 
 cargo build --quiet --release -p task-dedup-bench
 bin=target/release/task-dedup-bench
 mkdir -p bench/results
 results="bench/results/$(date -u +%Y%m%dT%H%M%SZ).txt"
 {
-  echo "# $(date -u) $(uname -srm), $(nproc) cpus; pool=$pool ops=$ops"
+  echo "# $(date -u) $(uname -srm), $(nproc) cpus; pool=$pool ops=$ops repeat=$repeat"
   echo "# dialect clients strategy workload ops seconds ops_per_sec duplicates_active active_jobs created errors | p50_us p99_us cpu_us_per_call"
 } >"$results"
 
@@ -48,6 +51,7 @@ for dialect in $dialects; do
   esac
   for workload in $workloads; do
     for clients in $clients_list; do
+      for _ in $(seq "$repeat"); do
       for strategy in $strategies; do
         [ "$strategy" = advisory-lock ] && [ "$dialect" != postgres ] && continue
         out=$("$bin" --url "$url" --strategy "$strategy" --workload "$workload" \
@@ -59,25 +63,35 @@ for dialect in $dialects; do
         extra=$(sed -n 2p <<<"$out" | tr ' ' '\n' | grep -E '^(p50_us|p99_us|cpu_us_per_call)=' | cut -d= -f2 | tr '\n' ' ')
         echo "$dialect $clients $line | $extra" | tee -a "$results"
       done
+      done
     done
   done
 done
 
 echo
-echo "Ratios to raw-dedup (same dialect, workload, clients); raw results in $results"
+echo "Ratios to raw-dedup (same dialect, workload, clients; medians of $repeat run(s)); raw results in $results"
 awk '
+  function median(list,   n, v, i, j, t) {
+    n = split(list, v, " ")
+    for (i = 2; i <= n; i++) { t = v[i]; for (j = i - 1; j >= 1 && v[j] + 0 > t + 0; j--) v[j + 1] = v[j]; v[j + 1] = t }
+    return (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+  }
   /^#/ || /FAILED/ { next }
   {
-    key = $1 " " $4 " " $2
-    ops[key, $3] = $7; line[NR] = $0; order[NR] = key; strat[NR] = $3
-    if ($3 == "raw-dedup") base[key] = $7
+    cell = $1 " " $4 " " $2 " " $3
+    if (!(cell in seen)) { seen[cell] = 1; order[++cells] = cell }
+    rate[cell] = rate[cell] " " $7; p50[cell] = p50[cell] " " $13
+    p99[cell] = p99[cell] " " $14; cpu[cell] = cpu[cell] " " $15
+    if ($8 > dup[cell]) dup[cell] = $8
+    if ($11 > err[cell]) err[cell] = $11
   }
   END {
-    printf "%-8s %-7s %7s  %-16s %9s %6s %8s %8s %8s %7s %6s\n", "dialect", "workload", "clients", "strategy", "ops/s", "ratio", "p50_us", "p99_us", "cpu_us", "dup_act", "errors"
-    for (i = 1; i <= NR; i++) {
-      if (!(i in line)) continue
-      split(line[i], f, " ")
-      ratio = (base[order[i]] > 0) ? sprintf("%.2f", f[7] / base[order[i]]) : "-"
-      printf "%-8s %-7s %7s  %-16s %9.0f %6s %8s %8s %8s %7s %6s\n", f[1], f[4], f[2], f[3], f[7], ratio, f[13], f[14], f[15], f[8], f[11]
+    printf "%-8s %-8s %7s  %-16s %9s %6s %8s %8s %8s %7s %6s\n", "dialect", "workload", "clients", "strategy", "ops/s", "ratio", "p50_us", "p99_us", "cpu_us", "dup_act", "errors"
+    for (i = 1; i <= cells; i++) {
+      split(order[i], k, " ")
+      base = k[1] " " k[2] " " k[3] " raw-dedup"
+      r = median(rate[order[i]])
+      ratio = (base in rate) ? sprintf("%.2f", r / median(rate[base])) : "-"
+      printf "%-8s %-8s %7s  %-16s %9.0f %6s %8.0f %8.0f %8.1f %7d %6d\n", k[1], k[2], k[3], k[4], r, ratio, median(p50[order[i]]), median(p99[order[i]]), median(cpu[order[i]]), dup[order[i]], err[order[i]]
     }
   }' "$results"

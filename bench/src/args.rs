@@ -34,7 +34,8 @@ pub struct Args {
     /// Untimed calls before the run.
     #[arg(long, default_value_t = 1_000)]
     pub warmup: usize,
-    /// The run stops by itself after this long, with the calls done so far.
+    /// The warm-up and the run each stop by themselves after this long, with the calls
+    /// done so far.
     #[arg(long, default_value_t = 120)]
     pub deadline_secs: u64,
     /// Print one JSON object instead of the two text lines.

@@ -99,7 +99,16 @@ pub async fn run(args: &Args) -> Result<Report, String> {
     }
     let runner = Arc::new(Runner::new(args.strategy, db.clone()));
 
-    phase(args, &runner, &db, "warmup", args.warmup, None).await;
+    let warmup_deadline = Instant::now() + Duration::from_secs(args.deadline_secs);
+    phase(
+        args,
+        &runner,
+        &db,
+        "warmup",
+        args.warmup,
+        Some(warmup_deadline),
+    )
+    .await;
     db.execute_unprepared("DELETE FROM task_run")
         .await
         .map_err(|e| e.to_string())?;

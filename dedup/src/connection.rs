@@ -1,9 +1,16 @@
 //! [`DedupConnection`]: what the library runs on, and whether it is a transaction.
 
+use std::sync::Arc;
+
+use sea_orm::sqlx;
 use sea_orm::{
-    ConnectionTrait, DatabaseConnection, DatabaseConnectionType, DatabaseExecutor,
-    DatabaseTransaction, DbErr, ExecResult, QueryResult, Statement, TransactionTrait,
+    ConnAcquireErr, ConnectionTrait, DatabaseConnection, DatabaseConnectionType, DatabaseExecutor,
+    DatabaseTransaction, DbBackend, DbErr, FromQueryResult, QueryResult, RuntimeErr, Statement,
+    TransactionTrait, Value,
 };
+
+use crate::key::TaskKey;
+use crate::task_run;
 
 mod sealed {
     pub trait Sealed {}
@@ -63,33 +70,144 @@ impl DedupConnection for DatabaseExecutor<'_> {
     }
 }
 
-/// Runs `stmt` like [`ConnectionTrait::execute_raw`]. On a pool it calls SeaORM's sqlx
-/// driver directly: `DatabaseConnection`'s dispatch boxes and copies a future that holds
-/// every driver's state, which measured as a third of the client CPU of a dedup hit on
-/// SQLite (see BENCHMARKS.md).
-pub(crate) async fn execute<C: DedupConnection + ?Sized>(
+/// Inserts a new task with `sql` (an INSERT of [`INSERT_COLUMNS`], then the dialect's
+/// conflict clause) and returns the affected-row count.
+///
+/// This statement and [`select_task`] are the hot path of `find_or_enqueue`. On a pool
+/// they go to sqlx directly, with the values borrowed from the row and the SQL a
+/// `&'static str`: SeaORM's statement path copies the SQL twice and every value once
+/// more, and its `DatabaseConnection` dispatch boxes a future that holds every driver's
+/// state (BENCHMARKS.md has the profile). In a transaction they go through SeaORM,
+/// which owns the transaction's connection.
+pub(crate) async fn insert_task<C: DedupConnection + ?Sized>(
     db: &C,
-    stmt: Statement,
-) -> Result<ExecResult, DbErr> {
-    match db.pool().map(|pool| &pool.inner) {
-        Some(DatabaseConnectionType::SqlxPostgresPoolConnection(conn)) => conn.execute(stmt).await,
-        Some(DatabaseConnectionType::SqlxMySqlPoolConnection(conn)) => conn.execute(stmt).await,
-        Some(DatabaseConnectionType::SqlxSqlitePoolConnection(conn)) => conn.execute(stmt).await,
-        _ => db.execute_raw(stmt).await,
+    backend: DbBackend,
+    sql: &'static str,
+    row: &task_run::Model,
+) -> Result<u64, DbErr> {
+    macro_rules! insert {
+        ($pool:expr) => {
+            bind_task(sqlx::query(sql), row)
+                .execute($pool)
+                .await
+                .map(|result| result.rows_affected())
+                .map_err(exec_err)
+        };
+    }
+    match db.pool().map(|pool| (pool, &pool.inner)) {
+        Some((pool, DatabaseConnectionType::SqlxPostgresPoolConnection(_))) => {
+            insert!(pool.get_postgres_connection_pool())
+        }
+        Some((pool, DatabaseConnectionType::SqlxMySqlPoolConnection(_))) => {
+            insert!(pool.get_mysql_connection_pool())
+        }
+        Some((pool, DatabaseConnectionType::SqlxSqlitePoolConnection(_))) => {
+            insert!(pool.get_sqlite_connection_pool())
+        }
+        _ => {
+            let insert = Statement::from_sql_and_values(backend, sql, insert_values(row));
+            Ok(db.execute_raw(insert).await?.rows_affected())
+        }
     }
 }
 
-/// Runs `stmt` like [`ConnectionTrait::query_one_raw`], as [`execute`] does.
-pub(crate) async fn query_one<C: DedupConnection + ?Sized>(
+/// Runs `sql`, a SELECT of every column by key (three parameters), and maps the row.
+/// See [`insert_task`] for the two paths.
+pub(crate) async fn select_task<C: DedupConnection + ?Sized>(
     db: &C,
-    stmt: Statement,
-) -> Result<Option<QueryResult>, DbErr> {
-    match db.pool().map(|pool| &pool.inner) {
-        Some(DatabaseConnectionType::SqlxPostgresPoolConnection(conn)) => {
-            conn.query_one(stmt).await
+    backend: DbBackend,
+    sql: &'static str,
+    key: &TaskKey,
+) -> Result<Option<task_run::Model>, DbErr> {
+    macro_rules! select {
+        ($pool:expr) => {
+            sqlx::query(sql)
+                .bind(key.user_id())
+                .bind(key.task_type())
+                .bind(key.resource_key())
+                .fetch_optional($pool)
+                .await
+                .map(|row| row.map(QueryResult::from))
+                .map_err(exec_err)
+        };
+    }
+    let row = match db.pool().map(|pool| (pool, &pool.inner)) {
+        Some((pool, DatabaseConnectionType::SqlxPostgresPoolConnection(_))) => {
+            select!(pool.get_postgres_connection_pool())
         }
-        Some(DatabaseConnectionType::SqlxMySqlPoolConnection(conn)) => conn.query_one(stmt).await,
-        Some(DatabaseConnectionType::SqlxSqlitePoolConnection(conn)) => conn.query_one(stmt).await,
-        _ => db.query_one_raw(stmt).await,
+        Some((pool, DatabaseConnectionType::SqlxMySqlPoolConnection(_))) => {
+            select!(pool.get_mysql_connection_pool())
+        }
+        Some((pool, DatabaseConnectionType::SqlxSqlitePoolConnection(_))) => {
+            select!(pool.get_sqlite_connection_pool())
+        }
+        _ => {
+            let values = [
+                key.user_id().into(),
+                key.task_type().into(),
+                key.resource_key().into(),
+            ];
+            let select = Statement::from_sql_and_values(backend, sql, values);
+            db.query_one_raw(select).await
+        }
+    }?;
+    row.map(|row| task_run::Model::from_query_result(&row, ""))
+        .transpose()
+}
+
+/// The columns a new task is inserted with, in the order of [`bind_task`] and
+/// [`insert_values`]; the other columns start NULL.
+pub(crate) const INSERT_COLUMNS: &str =
+    "id, user_id, task_type, resource_key, status, payload, attempts, created_at, updated_at";
+
+/// Binds a new task's values for sqlx, in the order of [`INSERT_COLUMNS`]. Each value
+/// is bound as SeaORM binds the same value (sea-query-sqlx), so both paths store the
+/// same bytes.
+fn bind_task<'q, DB>(
+    query: sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>,
+    row: &'q task_run::Model,
+) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>
+where
+    DB: sqlx::Database,
+    uuid::Uuid: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    Option<&'q serde_json::Value>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    i32: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    chrono::DateTime<chrono::Utc>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    query
+        .bind(row.id)
+        .bind(row.user_id.as_str())
+        .bind(row.task_type.as_str())
+        .bind(row.resource_key.as_str())
+        .bind(row.status.as_str())
+        .bind(row.payload.as_ref())
+        .bind(row.attempts)
+        .bind(row.created_at)
+        .bind(row.updated_at)
+}
+
+/// The same values for SeaORM, in the order of [`INSERT_COLUMNS`].
+fn insert_values(row: &task_run::Model) -> Vec<Value> {
+    vec![
+        row.id.into(),
+        row.user_id.clone().into(),
+        row.task_type.clone().into(),
+        row.resource_key.clone().into(),
+        row.status.as_str().into(),
+        row.payload.clone().into(),
+        row.attempts.into(),
+        row.created_at.into(),
+        row.updated_at.into(),
+    ]
+}
+
+/// Classifies a sqlx error as SeaORM does, so that callers see the same `DbErr` on
+/// both paths.
+fn exec_err(err: sqlx::Error) -> DbErr {
+    match err {
+        sqlx::Error::PoolTimedOut => DbErr::ConnectionAcquire(ConnAcquireErr::Timeout),
+        sqlx::Error::PoolClosed => DbErr::ConnectionAcquire(ConnAcquireErr::ConnectionClosed),
+        err => DbErr::Exec(RuntimeErr::SqlxError(Arc::new(err))),
     }
 }

@@ -99,17 +99,7 @@ impl Dialect {
             Dialect::Sqlite => sqlite::find_active_sql(lookup),
             Dialect::MySql => mysql::find_active_sql(lookup),
         };
-        let values = [
-            key.user_id().into(),
-            key.task_type().into(),
-            key.resource_key().into(),
-        ];
-        let row = connection::query_one(
-            db,
-            Statement::from_sql_and_values(self.backend(), sql, values),
-        )
-        .await?;
-        row.map(|row| model(&row)).transpose()
+        connection::select_task(db, self.backend(), sql, key).await
     }
 
     /// Moves the oldest `queued` task (of `task_types`, or any) to `running` under
@@ -131,11 +121,15 @@ impl Dialect {
     /// The database clock, as an SQL expression of the timestamp columns' type. Lease
     /// times use it so that workers on several machines agree.
     pub(crate) fn now(self) -> Expr {
-        Expr::cust(match self {
+        Expr::cust(self.now_sql())
+    }
+
+    fn now_sql(self) -> &'static str {
+        match self {
             Dialect::Postgres => postgres::NOW,
             Dialect::Sqlite => sqlite::NOW,
             Dialect::MySql => mysql::NOW,
-        })
+        }
     }
 
     /// The database clock plus `micros` (which may be negative).
@@ -199,31 +193,52 @@ pub(crate) static COLUMNS: LazyLock<String> = LazyLock::new(|| {
         .join(", ")
 });
 
-/// The columns a new task is inserted with, in the order of [`insert_values`]. The other
-/// columns start NULL.
-const INSERT_COLUMNS: &str =
-    "id, user_id, task_type, resource_key, status, payload, attempts, created_at, updated_at";
+/// Runs an `INSERT ... ON CONFLICT ... DO NOTHING` of `row` (PostgreSQL, SQLite):
+/// `true` when the row went in. Their affected-row count is exact.
+async fn insert_do_nothing<C: DedupConnection + ?Sized>(
+    db: &C,
+    dialect: Dialect,
+    sql: &'static str,
+    row: &task_run::Model,
+) -> Result<bool, DbErr> {
+    Ok(connection::insert_task(db, dialect.backend(), sql, row).await? == 1)
+}
 
-/// The values of a new task, in the order of [`INSERT_COLUMNS`].
-fn insert_values(row: &task_run::Model) -> Vec<Value> {
-    vec![
-        row.id.into(),
-        row.user_id.clone().into(),
-        row.task_type.clone().into(),
-        row.resource_key.clone().into(),
-        row.status.as_str().into(),
-        row.payload.clone().into(),
-        row.attempts.into(),
-        row.created_at.into(),
-        row.updated_at.into(),
-    ]
+/// Claims in one statement (PostgreSQL, SQLite): `UPDATE ... WHERE id = (the next
+/// queued task, then `lock`) RETURNING` every column. `lease` is the SQL of the lease
+/// end, reading its value from the second parameter, and that value.
+async fn claim_returning<C: ConnectionTrait + ?Sized>(
+    db: &C,
+    dialect: Dialect,
+    worker_id: &str,
+    task_types: &[&str],
+    (lease_end, lease_value): (&str, Value),
+    lock: &str,
+) -> Result<Option<task_run::Model>, DbErr> {
+    let sql = format!(
+        "UPDATE task_run SET {set} WHERE id = ({next}) RETURNING {columns}",
+        set = claim_set_sql(dialect, 0, dialect.now_sql(), lease_end),
+        next = next_queued_sql(dialect, 2, task_types.len(), lock),
+        columns = *COLUMNS,
+    );
+    let mut values = vec![worker_id.into(), lease_value];
+    values.extend(task_types.iter().map(|t| (*t).into()));
+    let row = db
+        .query_one_raw(Statement::from_sql_and_values(
+            dialect.backend(),
+            sql,
+            values,
+        ))
+        .await?;
+    row.map(|row| model(&row)).transpose()
 }
 
 /// `INSERT INTO task_run (...) VALUES (...)` followed by `suffix`.
 fn insert_sql(dialect: Dialect, suffix: &str) -> String {
     let params: Vec<String> = (1..=9).map(|n| dialect.param(n)).collect();
     format!(
-        "INSERT INTO task_run ({INSERT_COLUMNS}) VALUES ({}){suffix}",
+        "INSERT INTO task_run ({}) VALUES ({}){suffix}",
+        connection::INSERT_COLUMNS,
         params.join(", ")
     )
 }

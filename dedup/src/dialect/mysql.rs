@@ -7,8 +7,8 @@ use sea_orm::sea_query::Expr;
 use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, TransactionSession, TransactionTrait};
 
 use super::{
-    COLUMNS, Dialect, Lookup, claim_set_sql, find_active_sql as select_active, insert_sql,
-    insert_values, model, next_queued_sql,
+    COLUMNS, Dialect, Lookup, claim_set_sql, find_active_sql as select_active, insert_sql, model,
+    next_queued_sql,
 };
 use crate::connection::{self, DedupConnection};
 use crate::error::is_active_index_violation;
@@ -33,12 +33,7 @@ pub(super) async fn insert_if_absent<C: DedupConnection + ?Sized>(
     db: &C,
     row: &task_run::Model,
 ) -> Result<bool, DbErr> {
-    let result = connection::execute(
-        db,
-        Statement::from_sql_and_values(DbBackend::MySql, INSERT.as_str(), insert_values(row)),
-    )
-    .await;
-    match result {
+    match connection::insert_task(db, DbBackend::MySql, &INSERT, row).await {
         Ok(_) => Ok(true),
         Err(err) if is_active_index_violation(&err) => Ok(false),
         Err(err) => Err(err),

@@ -4,14 +4,14 @@
 use std::sync::LazyLock;
 
 use sea_orm::sea_query::Expr;
-use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, TransactionTrait};
+use sea_orm::{ConnectionTrait, DbErr};
 use task_dedup_entity::active_status_sql;
 
 use super::{
-    COLUMNS, Dialect, Lookup, claim_set_sql, find_active_sql as select_active, insert_sql,
-    insert_values, model, next_queued_sql,
+    Dialect, Lookup, claim_returning, find_active_sql as select_active, insert_do_nothing,
+    insert_sql,
 };
-use crate::connection::{self, DedupConnection};
+use crate::connection::DedupConnection;
 use crate::task_run;
 
 /// The conflict target repeats the index predicate, as literals: with bound values,
@@ -34,16 +34,7 @@ pub(super) async fn insert_if_absent<C: DedupConnection + ?Sized>(
     db: &C,
     row: &task_run::Model,
 ) -> Result<bool, DbErr> {
-    let result = connection::execute(
-        db,
-        Statement::from_sql_and_values(
-            DbBackend::Postgres,
-            INSERT_IF_ABSENT.as_str(),
-            insert_values(row),
-        ),
-    )
-    .await?;
-    Ok(result.rows_affected() == 1)
+    insert_do_nothing(db, Dialect::Postgres, &INSERT_IF_ABSENT, row).await
 }
 
 /// Under READ COMMITTED each statement reads a fresh snapshot, so the row `DO NOTHING`
@@ -53,33 +44,24 @@ pub(super) fn find_active_sql(_lookup: Lookup) -> &'static str {
     &FIND_ACTIVE
 }
 
-pub(super) async fn claim<C: ConnectionTrait + TransactionTrait + ?Sized>(
+/// `SKIP LOCKED`: concurrent claimers pass over each other's rows instead of queueing
+/// behind them.
+pub(super) async fn claim<C: ConnectionTrait + ?Sized>(
     db: &C,
     worker_id: &str,
     task_types: &[&str],
     lease_micros: i64,
 ) -> Result<Option<task_run::Model>, DbErr> {
-    let sql = format!(
-        "UPDATE task_run SET {set} WHERE id = ({next}) RETURNING {columns}",
-        set = claim_set_sql(Dialect::Postgres, 0, NOW, LEASE_END),
-        next = next_queued_sql(
-            Dialect::Postgres,
-            2,
-            task_types.len(),
-            " FOR UPDATE SKIP LOCKED"
-        ),
-        columns = *COLUMNS,
-    );
-    let mut values = vec![worker_id.into(), lease_micros.into()];
-    values.extend(task_types.iter().map(|t| (*t).into()));
-    let row = db
-        .query_one_raw(Statement::from_sql_and_values(
-            DbBackend::Postgres,
-            sql,
-            values,
-        ))
-        .await?;
-    row.map(|row| model(&row)).transpose()
+    let lease = (LEASE_END, lease_micros.into());
+    claim_returning(
+        db,
+        Dialect::Postgres,
+        worker_id,
+        task_types,
+        lease,
+        " FOR UPDATE SKIP LOCKED",
+    )
+    .await
 }
 
 /// `now()` would be the start of the caller's transaction, possibly long ago.

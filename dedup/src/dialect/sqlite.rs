@@ -4,13 +4,13 @@
 use std::sync::LazyLock;
 
 use sea_orm::sea_query::Expr;
-use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, TransactionTrait};
+use sea_orm::{ConnectionTrait, DbErr};
 
 use super::{
-    COLUMNS, Dialect, Lookup, claim_set_sql, find_active_sql as select_active, insert_sql,
-    insert_values, model, next_queued_sql,
+    Dialect, Lookup, claim_returning, find_active_sql as select_active, insert_do_nothing,
+    insert_sql,
 };
-use crate::connection::{self, DedupConnection};
+use crate::connection::DedupConnection;
 use crate::task_run;
 
 /// `ON CONFLICT DO NOTHING` without a conflict target: it covers the partial unique
@@ -32,16 +32,7 @@ pub(super) async fn insert_if_absent<C: DedupConnection + ?Sized>(
     db: &C,
     row: &task_run::Model,
 ) -> Result<bool, DbErr> {
-    let result = connection::execute(
-        db,
-        Statement::from_sql_and_values(
-            DbBackend::Sqlite,
-            INSERT_IF_ABSENT.as_str(),
-            insert_values(row),
-        ),
-    )
-    .await?;
-    Ok(result.rows_affected() == 1)
+    insert_do_nothing(db, Dialect::Sqlite, &INSERT_IF_ABSENT, row).await
 }
 
 /// Writers are serialized, so the conflicting row is committed and visible.
@@ -51,28 +42,14 @@ pub(super) fn find_active_sql(_lookup: Lookup) -> &'static str {
 
 /// SQLite drops `FOR UPDATE SKIP LOCKED`; a single UPDATE with the selection as a
 /// subquery is atomic under the database write lock, so no two workers get one task.
-pub(super) async fn claim<C: ConnectionTrait + TransactionTrait + ?Sized>(
+pub(super) async fn claim<C: ConnectionTrait + ?Sized>(
     db: &C,
     worker_id: &str,
     task_types: &[&str],
     lease_micros: i64,
 ) -> Result<Option<task_run::Model>, DbErr> {
-    let sql = format!(
-        "UPDATE task_run SET {set} WHERE id = ({next}) RETURNING {columns}",
-        set = claim_set_sql(Dialect::Sqlite, 0, NOW, LEASE_END),
-        next = next_queued_sql(Dialect::Sqlite, 2, task_types.len(), ""),
-        columns = *COLUMNS,
-    );
-    let mut values = vec![worker_id.into(), seconds_modifier(lease_micros).into()];
-    values.extend(task_types.iter().map(|t| (*t).into()));
-    let row = db
-        .query_one_raw(Statement::from_sql_and_values(
-            DbBackend::Sqlite,
-            sql,
-            values,
-        ))
-        .await?;
-    row.map(|row| model(&row)).transpose()
+    let lease = (LEASE_END, seconds_modifier(lease_micros).into());
+    claim_returning(db, Dialect::Sqlite, worker_id, task_types, lease, "").await
 }
 
 /// The text shape sqlx writes for `DateTime<Utc>` (RFC 3339, `+00:00`), so values the
