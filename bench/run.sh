@@ -16,6 +16,7 @@
 #   BENCH_STRATEGIES    all six                     BENCH_OPS      10000
 #   BENCH_REPEAT        1: runs of each cell; the table shows medians (worst case for
 #                       duplicates and errors), strategies interleaved within a repeat
+#   BENCH_DEADLINE      60: seconds after which a warm-up or a run stops by itself
 # The bench drops and recreates task-dedup's tables in those databases; the PostgreSQL
 # and MySQL databases must exist (createdb task_dedup_bench / CREATE DATABASE ...).
 # Raw results go to bench/results/<timestamp>.txt.
@@ -32,6 +33,7 @@ strategies=${BENCH_STRATEGIES:-"raw-dedup find-or-enqueue raw-insert naive seria
 pool=${BENCH_POOL:-16}
 ops=${BENCH_OPS:-10000}
 repeat=${BENCH_REPEAT:-1}
+deadline=${BENCH_DEADLINE:-60}
 
 cargo build --quiet --release -p task-dedup-bench
 bin=target/release/task-dedup-bench
@@ -55,7 +57,7 @@ for dialect in $dialects; do
       for strategy in $strategies; do
         [ "$strategy" = advisory-lock ] && [ "$dialect" != postgres ] && continue
         out=$("$bin" --url "$url" --strategy "$strategy" --workload "$workload" \
-          --clients "$clients" --pool "$pool" --ops "$ops" --deadline-secs 120) || {
+          --clients "$clients" --pool "$pool" --ops "$ops" --deadline-secs "$deadline") || {
           echo "$dialect $clients $strategy $workload FAILED" | tee -a "$results" >&2
           continue
         }
