@@ -41,7 +41,7 @@ mkdir -p bench/results
 results="bench/results/$(date -u +%Y%m%dT%H%M%SZ).txt"
 {
   echo "# $(date -u) $(uname -srm), $(nproc) cpus; pool=$pool ops=$ops repeat=$repeat"
-  echo "# dialect clients strategy workload ops seconds ops_per_sec duplicates_active active_jobs created errors | p50_us p99_us cpu_us_per_call"
+  echo "# dialect clients strategy workload ops seconds ops_per_sec duplicates_active active_jobs created errors | p50_us p99_us cpu_us_per_call abandoned"
 } >"$results"
 
 for dialect in $dialects; do
@@ -62,7 +62,7 @@ for dialect in $dialects; do
           continue
         }
         line=$(sed -n 1p <<<"$out")
-        extra=$(sed -n 2p <<<"$out" | tr ' ' '\n' | grep -E '^(p50_us|p99_us|cpu_us_per_call)=' | cut -d= -f2 | tr '\n' ' ')
+        extra=$(sed -n 2p <<<"$out" | tr ' ' '\n' | grep -E '^(p50_us|p99_us|cpu_us_per_call|abandoned)=' | cut -d= -f2 | tr '\n' ' ')
         echo "$dialect $clients $line | $extra" | tee -a "$results"
       done
       done
@@ -86,14 +86,15 @@ awk '
     p99[cell] = p99[cell] " " $14; cpu[cell] = cpu[cell] " " $15
     if ($8 > dup[cell]) dup[cell] = $8
     if ($11 > err[cell]) err[cell] = $11
+    if ($16 > gone[cell]) gone[cell] = $16
   }
   END {
-    printf "%-8s %-8s %7s  %-16s %9s %6s %8s %8s %8s %7s %6s\n", "dialect", "workload", "clients", "strategy", "ops/s", "ratio", "p50_us", "p99_us", "cpu_us", "dup_act", "errors"
+    printf "%-8s %-8s %7s  %-16s %9s %6s %8s %8s %8s %7s %6s %9s\n", "dialect", "workload", "clients", "strategy", "ops/s", "ratio", "p50_us", "p99_us", "cpu_us", "dup_act", "errors", "abandoned"
     for (i = 1; i <= cells; i++) {
       split(order[i], k, " ")
       base = k[1] " " k[2] " " k[3] " raw-dedup"
       r = median(rate[order[i]])
       ratio = (base in rate) ? sprintf("%.2f", r / median(rate[base])) : "-"
-      printf "%-8s %-8s %7s  %-16s %9.0f %6s %8.0f %8.0f %8.1f %7d %6d\n", k[1], k[2], k[3], k[4], r, ratio, median(p50[order[i]]), median(p99[order[i]]), median(cpu[order[i]]), dup[order[i]], err[order[i]]
+      printf "%-8s %-8s %7s  %-16s %9.0f %6s %8.0f %8.0f %8.1f %7d %6d %9d\n", k[1], k[2], k[3], k[4], r, ratio, median(p50[order[i]]), median(p99[order[i]]), median(cpu[order[i]]), dup[order[i]], err[order[i]], gone[order[i]]
     }
   }' "$results"

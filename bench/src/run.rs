@@ -32,6 +32,8 @@ pub struct Report {
     pub cpu_us_per_call: f64,
     /// Active tasks the churn finisher completed during the run.
     pub finished_by_churn: u64,
+    /// Calls still running at the deadline, abandoned (counted neither as ops nor errors).
+    pub abandoned: usize,
     pub deadline_hit: bool,
     #[serde(flatten)]
     pub table: TableCheck,
@@ -59,7 +61,7 @@ impl Report {
             self.errors
         );
         println!(
-            "# dialect={} clients={} pool={} p50_us={} p99_us={} cpu_us_per_call={:.1} rows={} finished_by_churn={} deadline_hit={}",
+            "# dialect={} clients={} pool={} p50_us={} p99_us={} cpu_us_per_call={:.1} rows={} finished_by_churn={} abandoned={} deadline_hit={}",
             self.dialect,
             self.clients,
             self.pool,
@@ -68,6 +70,7 @@ impl Report {
             self.cpu_us_per_call,
             self.table.rows,
             self.finished_by_churn,
+            self.abandoned,
             self.deadline_hit
         );
     }
@@ -81,6 +84,7 @@ struct Tally {
     errors: usize,
     latencies_us: Vec<u64>,
     first_error: Option<String>,
+    abandoned: usize,
 }
 
 pub async fn run(args: &Args) -> Result<Report, String> {
@@ -149,6 +153,7 @@ pub async fn run(args: &Args) -> Result<Report, String> {
         p99_us: percentile(0.99),
         cpu_us_per_call: cpu_us as f64 / tally.ops.max(1) as f64,
         finished_by_churn,
+        abandoned: tally.abandoned,
         deadline_hit: Instant::now() > deadline,
         table,
     })
@@ -242,7 +247,7 @@ async fn phase(
                         break;
                     }
                     let key = key(workload, label, client, round, keys, &mut rng);
-                    call(&runner, &key, &mut tally).await;
+                    call(&runner, &key, &mut tally, deadline).await;
                 }
             } else {
                 loop {
@@ -251,7 +256,7 @@ async fn phase(
                         break;
                     }
                     let key = key(workload, label, client, seq, keys, &mut rng);
-                    call(&runner, &key, &mut tally).await;
+                    call(&runner, &key, &mut tally, deadline).await;
                 }
             }
             tally
@@ -263,6 +268,7 @@ async fn phase(
             total.ops += tally.ops;
             total.created += tally.created;
             total.errors += tally.errors;
+            total.abandoned += tally.abandoned;
             total.latencies_us.extend(tally.latencies_us);
             total.first_error = total.first_error.or(tally.first_error);
         }
@@ -275,9 +281,19 @@ async fn phase(
     (total, finished)
 }
 
-async fn call(runner: &Runner, key: &TaskKey, tally: &mut Tally) {
+async fn call(runner: &Runner, key: &TaskKey, tally: &mut Tally, deadline: Option<Instant>) {
     let started = Instant::now();
-    let outcome = runner.call(key).await;
+    let outcome = match deadline {
+        // A call still running at the deadline is abandoned, neither an op nor an error.
+        Some(deadline) => match tokio::time::timeout_at(deadline.into(), runner.call(key)).await {
+            Ok(outcome) => outcome,
+            Err(_) => {
+                tally.abandoned += 1;
+                return;
+            }
+        },
+        None => runner.call(key).await,
+    };
     tally
         .latencies_us
         .push(started.elapsed().as_micros().try_into().unwrap_or(u64::MAX));

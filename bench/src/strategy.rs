@@ -1,7 +1,7 @@
 //! The strategies: task-dedup, and the hand-written SQL it is measured against, run
 //! through sqlx on the very pool task-dedup uses.
 
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::hash::{BuildHasher, DefaultHasher, Hash, Hasher};
 use std::time::Duration;
 
 use sea_orm::sqlx::{self, Row};
@@ -18,8 +18,9 @@ pub enum Outcome {
     Existing,
 }
 
-/// How many times a retrying strategy tries before the call counts as an error.
-const MAX_ATTEMPTS: u32 = 50;
+/// How many times a retrying strategy tries before the call counts as an error: enough
+/// that only a livelock ends there.
+const MAX_ATTEMPTS: u32 = 1_000;
 
 const COLUMNS: &str = "id, user_id, task_type, resource_key, status, payload, result, error, \
                        attempts, lease_owner, lease_expires_at, created_at, updated_at, \
@@ -52,6 +53,9 @@ struct Sql {
     insert: &'static str,
     insert_or_nothing: &'static str,
     select_active: &'static str,
+    /// MySQL: a locking read, which sees the row that made the insert fail even when a
+    /// plain read's snapshot does not.
+    select_after_conflict: &'static str,
 }
 
 impl Sql {
@@ -83,10 +87,15 @@ impl Sql {
             p(2),
             p(3)
         );
+        let select_after_conflict = match backend {
+            DbBackend::MySql => format!("{select_active} LOCK IN SHARE MODE"),
+            _ => select_active.clone(),
+        };
         Sql {
             insert: insert.leak(),
             insert_or_nothing: insert_or_nothing.leak(),
             select_active: select_active.leak(),
+            select_after_conflict: select_after_conflict.leak(),
         }
     }
 }
@@ -161,6 +170,33 @@ macro_rules! decode {
     }};
 }
 
+/// In transaction `$txn`: reads the active task of `$key`, inserts one when there is
+/// none, commits.
+macro_rules! read_then_insert {
+    ($runner:expr, $txn:expr, $key:expr) => {{
+        let row = sqlx::query($runner.sql.select_active)
+            .bind($key.user_id())
+            .bind($key.task_type())
+            .bind($key.resource_key())
+            .fetch_optional(&mut *$txn)
+            .await?;
+        let outcome = match row {
+            Some(row) => {
+                decode!(row);
+                Outcome::Existing
+            }
+            None => {
+                bind_new!(sqlx::query($runner.sql.insert), $key)
+                    .execute(&mut *$txn)
+                    .await?;
+                Outcome::Created
+            }
+        };
+        $txn.commit().await?;
+        outcome
+    }};
+}
+
 impl Runner {
     pub fn new(strategy: Strategy, db: DatabaseConnection) -> Runner {
         let sql = Sql::new(db.get_database_backend());
@@ -198,10 +234,11 @@ impl Runner {
     }
 
     async fn raw_dedup(&self, key: &TaskKey) -> Result<Outcome, sqlx::Error> {
+        let mysql = self.db.get_database_backend() == DbBackend::MySql;
         for attempt in 1..=MAX_ATTEMPTS {
-            let inserted = on_pool!(self.db, pool => {
+            let result = on_pool!(self.db, pool => {
                 let query = bind_new!(sqlx::query(self.sql.insert_or_nothing), key);
-                if self.db.get_database_backend() == DbBackend::MySql {
+                let inserted = if mysql {
                     match query.execute(pool).await {
                         Ok(_) => Ok(true),
                         Err(sqlx::Error::Database(e)) if e.is_unique_violation() => Ok(false),
@@ -209,27 +246,26 @@ impl Runner {
                     }
                 } else {
                     query.fetch_optional(pool).await.map(|row| row.is_some())
+                };
+                match inserted {
+                    Ok(true) => Ok(Some(Outcome::Created)),
+                    Ok(false) => sqlx::query(self.sql.select_after_conflict)
+                        .bind(key.user_id())
+                        .bind(key.task_type())
+                        .bind(key.resource_key())
+                        .fetch_optional(pool)
+                        .await
+                        .and_then(|row| match row {
+                            Some(row) => Ok(Some({ decode!(row); Outcome::Existing })),
+                            None => Ok(None),
+                        }),
+                    Err(e) => Err(e),
                 }
             });
-            match inserted {
-                Ok(true) => return Ok(Outcome::Created),
-                Ok(false) => {
-                    let found = on_pool!(self.db, pool => {
-                        let row = sqlx::query(self.sql.select_active)
-                            .bind(key.user_id())
-                            .bind(key.task_type())
-                            .bind(key.resource_key())
-                            .fetch_optional(pool)
-                            .await?;
-                        match row {
-                            Some(row) => Some(decode!(row)),
-                            None => None,
-                        }
-                    });
-                    if found.is_some() {
-                        return Ok(Outcome::Existing);
-                    }
-                }
+            match result {
+                Ok(Some(outcome)) => return Ok(outcome),
+                // The conflicting task finished before it was read: insert again.
+                Ok(None) => {}
                 Err(e) if is_retryable(&e) => backoff(attempt).await,
                 Err(e) => return Err(e),
             }
@@ -255,47 +291,28 @@ impl Runner {
     }
 
     async fn serializable(&self, key: &TaskKey) -> Result<Outcome, sqlx::Error> {
+        let backend = self.db.get_database_backend();
+        let begin = match backend {
+            DbBackend::Postgres => "BEGIN ISOLATION LEVEL SERIALIZABLE",
+            DbBackend::MySql => "BEGIN",
+            // SQLite transactions are serializable; IMMEDIATE takes the write lock up
+            // front so the read-then-write cannot fail with SQLITE_BUSY.
+            _ => "BEGIN IMMEDIATE",
+        };
         for attempt in 1..=MAX_ATTEMPTS {
-            let result = on_pool!(self.db, pool => {
+            let result = on_pool!(self.db, pool => async {
                 let mut conn = pool.acquire().await?;
-                let begin = match self.db.get_database_backend() {
-                    DbBackend::Postgres => "BEGIN ISOLATION LEVEL SERIALIZABLE",
+                if backend == DbBackend::MySql {
                     // Applies to the next transaction of this connection only.
-                    DbBackend::MySql => "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE",
-                    // SQLite transactions are serializable; IMMEDIATE takes the write
-                    // lock up front so the read-then-write cannot fail with SQLITE_BUSY.
-                    _ => "BEGIN IMMEDIATE",
-                };
-                sqlx::raw_sql(begin).execute(&mut *conn).await?;
-                if self.db.get_database_backend() == DbBackend::MySql {
-                    sqlx::raw_sql("START TRANSACTION").execute(&mut *conn).await?;
-                }
-                let attempt_result = async {
-                    let row = sqlx::query(self.sql.select_active)
-                        .bind(key.user_id())
-                        .bind(key.task_type())
-                        .bind(key.resource_key())
-                        .fetch_optional(&mut *conn)
+                    sqlx::raw_sql("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
+                        .execute(&mut *conn)
                         .await?;
-                    let outcome = match row {
-                        Some(row) => {
-                            decode!(row);
-                            Outcome::Existing
-                        }
-                        None => {
-                            bind_new!(sqlx::query(self.sql.insert), key).execute(&mut *conn).await?;
-                            Outcome::Created
-                        }
-                    };
-                    sqlx::raw_sql("COMMIT").execute(&mut *conn).await?;
-                    Ok::<_, sqlx::Error>(outcome)
                 }
-                .await;
-                if attempt_result.is_err() {
-                    let _ = sqlx::raw_sql("ROLLBACK").execute(&mut *conn).await;
-                }
-                attempt_result
-            });
+                // A sqlx transaction rolls back when dropped (an error, or the deadline).
+                let mut txn = sqlx::Connection::begin_with(&mut *conn, begin).await?;
+                Ok::<_, sqlx::Error>(read_then_insert!(self, txn, key))
+            }
+            .await);
             match result {
                 Ok(outcome) => return Ok(outcome),
                 Err(e) if is_retryable(&e) => backoff(attempt).await,
@@ -319,26 +336,7 @@ impl Runner {
             .bind(key_hash(key))
             .execute(&mut *txn)
             .await?;
-        let row = sqlx::query(self.sql.select_active)
-            .bind(key.user_id())
-            .bind(key.task_type())
-            .bind(key.resource_key())
-            .fetch_optional(&mut *txn)
-            .await?;
-        let outcome = match row {
-            Some(row) => {
-                decode!(row);
-                Outcome::Existing
-            }
-            None => {
-                bind_new!(sqlx::query(self.sql.insert), key)
-                    .execute(&mut *txn)
-                    .await?;
-                Outcome::Created
-            }
-        };
-        txn.commit().await?;
-        Ok(outcome)
+        Ok(read_then_insert!(self, txn, key))
     }
 }
 
@@ -354,7 +352,10 @@ fn is_retryable(error: &sqlx::Error) -> bool {
     matches!(error, sqlx::Error::Database(e) if matches!(e.code().as_deref(), Some("40001" | "40P01")))
 }
 
+/// A random pause that grows with the attempt (up to 5 ms), so that the transactions a
+/// deadlock aborted together do not meet again.
 async fn backoff(attempt: u32) {
-    let micros = 100 * u64::from(attempt.min(20));
+    let ceiling = 100 * u64::from(attempt.min(50));
+    let micros = std::collections::hash_map::RandomState::new().hash_one(attempt) % ceiling;
     tokio::time::sleep(Duration::from_micros(micros)).await;
 }

@@ -136,30 +136,32 @@ impl<C: DedupConnection> TaskDedup for C {
         };
 
         for attempt in 1..=MAX_ENQUEUE_ATTEMPTS {
-            match dialect.insert_if_absent(self, &row).await {
+            let found = match dialect.insert_if_absent(self, &row).await {
                 Ok(true) => {
                     tracing::debug!(task_id = %row.id, key = %key, attempt, "task created");
                     return Ok(Enqueued::Created(row));
                 }
-                Ok(false) => {
-                    if let Some(existing) = dialect
-                        .find_active(self, &key, Lookup::AfterConflict)
-                        .await?
-                    {
-                        tracing::debug!(task_id = %existing.id, key = %key, attempt, "existing task returned");
-                        return Ok(Enqueued::Existing(existing));
-                    }
+                Ok(false) => dialect.find_active(self, &key, Lookup::AfterConflict).await,
+                Err(err) => Err(err),
+            };
+            match found {
+                Ok(Some(existing)) => {
+                    tracing::debug!(task_id = %existing.id, key = %key, attempt, "existing task returned");
+                    return Ok(Enqueued::Existing(existing));
+                }
+                Ok(None) => {
                     tracing::debug!(key = %key, attempt, "conflicting task finished before it was read; retrying");
                     // A fresh id, in case what conflicted was the id itself (SQLite's
                     // DO NOTHING covers the primary key too).
                     row.id = Uuid::now_v7();
                 }
+                // The insert or the locking read after it (InnoDB) was the victim.
                 Err(err) if is_transaction_conflict(&err) => {
                     if self.in_transaction() {
                         tracing::warn!(key = %key, error = %err, "transaction aborted by the database");
                         return Err(DedupError::TransactionAborted(err));
                     }
-                    tracing::debug!(key = %key, attempt, error = %err, "insert aborted by a deadlock; retrying");
+                    tracing::debug!(key = %key, attempt, error = %err, "aborted by a deadlock; retrying");
                     tokio::time::sleep(backoff(attempt)).await;
                 }
                 Err(err) => return Err(err.into()),
