@@ -47,6 +47,15 @@ async fn enqueue(db: &TestDb, key: TaskKey) -> task_run::Model {
     outcome.into_task()
 }
 
+/// Claims the oldest queued task for `worker`, which must exist.
+async fn claim(db: &TestDb, worker: &str) -> task_run::Model {
+    db.db
+        .claim(worker, &[], LEASE)
+        .await
+        .expect("claim")
+        .expect("a queued task")
+}
+
 async fn load(db: &TestDb, id: Uuid) -> task_run::Model {
     task_run::Entity::find_by_id(id)
         .one(&db.db)
@@ -202,12 +211,7 @@ async fn invalid_transitions_change_nothing(db: &TestDb) {
     assert_eq!(load(db, queued.id).await, queued);
 
     // Another worker's task.
-    let running = db
-        .db
-        .claim("owner", &[], LEASE)
-        .await
-        .expect("claim")
-        .expect("task");
+    let running = claim(db, "owner").await;
     for result in [
         db.db.complete(running.id, "intruder", None).await,
         db.db.fail(running.id, "intruder", "boom").await,
@@ -259,12 +263,7 @@ async fn invalid_transitions_change_nothing(db: &TestDb) {
 
     // A heartbeat after the reaper took the lease back.
     let second = enqueue(db, key("second")).await;
-    let claimed = db
-        .db
-        .claim("slow", &[], LEASE)
-        .await
-        .expect("claim")
-        .expect("task");
+    let claimed = claim(db, "slow").await;
     assert_eq!(claimed.id, second.id);
     expire_lease(db, claimed.id).await;
     assert_eq!(db.db.reap_expired(3).await.expect("reap").requeued, 1);
@@ -346,11 +345,7 @@ async fn invalid_arguments_are_rejected_before_sql(db: &TestDb) {
 async fn longest_error_text_fits_every_dialect(db: &TestDb) {
     db.migrate().await;
     let task = enqueue(db, key("doc")).await;
-    db.db
-        .claim("w", &[], LEASE)
-        .await
-        .expect("claim")
-        .expect("task");
+    claim(db, "w").await;
     // 4-byte characters up to the limit: MySQL's TEXT (65,535 bytes) still holds them.
     let longest = "🦀".repeat(task_dedup::MAX_ERROR_CHARS);
     let failed = db.db.fail(task.id, "w", &longest).await.expect("fail");
@@ -363,19 +358,9 @@ async fn expired_leases_are_requeued_then_failed(db: &TestDb) {
     let task = enqueue(db, key("doc")).await;
     let live = enqueue(db, key("live")).await;
 
-    let first = db
-        .db
-        .claim("crashed", &[], LEASE)
-        .await
-        .expect("claim")
-        .expect("task");
+    let first = claim(db, "crashed").await;
     assert_eq!(first.id, task.id);
-    let other = db
-        .db
-        .claim("alive", &[], LEASE)
-        .await
-        .expect("claim")
-        .expect("task");
+    let other = claim(db, "alive").await;
     assert_eq!(other.id, live.id);
     expire_lease(db, task.id).await;
 
@@ -395,12 +380,7 @@ async fn expired_leases_are_requeued_then_failed(db: &TestDb) {
     );
     assert_eq!(load(db, live.id).await, other, "a live lease is left alone");
 
-    let second = db
-        .db
-        .claim("crashed-again", &[], LEASE)
-        .await
-        .expect("claim")
-        .expect("task");
+    let second = claim(db, "crashed-again").await;
     assert_eq!((second.id, second.attempts), (task.id, 2));
     expire_lease(db, task.id).await;
     let report = db.db.reap_expired(2).await.expect("reap");
@@ -432,11 +412,7 @@ async fn heartbeat_racing_the_reaper_is_never_requeued(db: &TestDb) {
     db.migrate().await;
     // Heartbeat first: the reaper sees the extended lease and leaves the task alone.
     let task = enqueue(db, key("doc")).await;
-    db.db
-        .claim("w", &[], LEASE)
-        .await
-        .expect("claim")
-        .expect("task");
+    claim(db, "w").await;
     expire_lease(db, task.id).await;
     db.db
         .heartbeat(task.id, "w", LEASE)
@@ -455,11 +431,7 @@ async fn heartbeat_racing_the_reaper_is_never_requeued(db: &TestDb) {
     let mut heartbeats_won = 0;
     for round in 0..40 {
         let task = enqueue(db, key(&format!("race-{round}"))).await;
-        db.db
-            .claim("w", &[], LEASE)
-            .await
-            .expect("claim")
-            .expect("task");
+        claim(db, "w").await;
         expire_lease(db, task.id).await;
         let start = Arc::new(Barrier::new(2));
         let beat = {
@@ -528,12 +500,7 @@ async fn finishing_releases_the_key(db: &TestDb) {
     for (name, finish) in finishes {
         let created = enqueue_doc().await;
         assert!(created.is_created(), "{name}: the key is free");
-        let running = db
-            .db
-            .claim("w", &[], LEASE)
-            .await
-            .expect("claim")
-            .expect("task");
+        let running = claim(db, "w").await;
         assert_eq!(running.id, created.task().id);
         let hit = enqueue_doc().await;
         assert!(!hit.is_created(), "{name}: a running task holds the key");

@@ -5,8 +5,8 @@
 //! that with the `task_active_resource_uidx` index created by `task-dedup-migration`.
 //!
 //! [`active_status_sql`] is the single definition of "active" in SQL. The index
-//! predicate, the `ON CONFLICT` target and every lookup are built from it, so they
-//! cannot disagree.
+//! predicate, the MySQL marker column, the `ON CONFLICT` target and every lookup are
+//! built from it, so they cannot disagree.
 
 pub mod prelude;
 mod status;

@@ -90,10 +90,12 @@ static ACTIVE_STATUS_SQL: LazyLock<String> = LazyLock::new(|| {
 /// `status IN ('queued', 'running')`: the active set as an SQL predicate, valid on
 /// SQLite, PostgreSQL and MySQL/MariaDB.
 ///
-/// The values are literals on purpose: SQLite only matches an `ON CONFLICT` target to a
-/// partial index whose predicate is written the same way, and PostgreSQL only uses the
-/// partial index for a lookup whose plan sees the literal values. Use this wherever SQL
-/// means "active" so the index, the conflict target and the lookups never disagree.
+/// The values are literals on purpose: PostgreSQL infers the partial index of an
+/// `ON CONFLICT` target only from a predicate it can prove at plan time, which bound
+/// values stop being once a cached statement gets a generic plan; and its lookups only
+/// use the partial index when the plan sees the literal values. Use this wherever SQL
+/// means "active" (the index, the MySQL marker column, the conflict target, the
+/// lookups) so they never disagree.
 pub fn active_status_sql() -> &'static str {
     &ACTIVE_STATUS_SQL
 }

@@ -112,37 +112,42 @@ pub(crate) fn create_table(backend: DbBackend) -> TableCreateStatement {
     table.to_owned()
 }
 
+/// An index on `task_run` over `columns`, in order.
+fn index<const N: usize>(name: &str, columns: [Column; N]) -> IndexCreateStatement {
+    let mut index = Index::create();
+    index.name(name).table(Entity);
+    for column in columns {
+        index.col(column);
+    }
+    index
+}
+
+/// The key columns of the dedup guarantee.
+const KEY: [Column; 3] = [Column::UserId, Column::TaskType, Column::ResourceKey];
+
 fn lookup_index() -> IndexCreateStatement {
-    Index::create()
-        .name(LOOKUP_IDX)
-        .table(Entity)
-        .col(Column::UserId)
-        .col(Column::TaskType)
-        .col(Column::ResourceKey)
-        .col(Column::Status)
-        .col(Column::CreatedAt)
-        .to_owned()
+    let [user_id, task_type, resource_key] = KEY;
+    index(
+        LOOKUP_IDX,
+        [
+            user_id,
+            task_type,
+            resource_key,
+            Column::Status,
+            Column::CreatedAt,
+        ],
+    )
 }
 
 fn claim_index() -> IndexCreateStatement {
-    Index::create()
-        .name(CLAIM_IDX)
-        .table(Entity)
-        .col(Column::Status)
-        .col(Column::CreatedAt)
-        .col(Column::Id)
-        .to_owned()
+    index(CLAIM_IDX, [Column::Status, Column::CreatedAt, Column::Id])
 }
 
 /// The partial unique index of PostgreSQL and SQLite. Its predicate is the text of
-/// [`active_status_sql`], the same text the `ON CONFLICT` target uses.
+/// [`active_status_sql`], the same text PostgreSQL's `ON CONFLICT` target and every
+/// lookup use.
 fn partial_unique_index() -> IndexCreateStatement {
-    Index::create()
-        .name(ACTIVE_RESOURCE_UIDX)
-        .table(Entity)
-        .col(Column::UserId)
-        .col(Column::TaskType)
-        .col(Column::ResourceKey)
+    index(ACTIVE_RESOURCE_UIDX, KEY)
         .unique()
         .and_where(Expr::cust(active_status_sql()))
         .to_owned()
@@ -150,12 +155,7 @@ fn partial_unique_index() -> IndexCreateStatement {
 
 /// The MySQL/MariaDB counterpart: the key plus the generated marker column.
 fn marker_unique_index() -> IndexCreateStatement {
-    Index::create()
-        .name(ACTIVE_RESOURCE_UIDX)
-        .table(Entity)
-        .col(Column::UserId)
-        .col(Column::TaskType)
-        .col(Column::ResourceKey)
+    index(ACTIVE_RESOURCE_UIDX, KEY)
         .col(ACTIVE_MARKER)
         .unique()
         .to_owned()
