@@ -303,8 +303,11 @@ impl Runner {
             let result = on_pool!(self.db, pool => async {
                 let mut conn = pool.acquire().await?;
                 if backend == DbBackend::MySql {
-                    // Applies to the next transaction of this connection only.
-                    sqlx::raw_sql("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
+                    // SESSION, not the next transaction only: that form fails (1568) on a
+                    // connection still inside a transaction, which is what a call the
+                    // warm-up deadline abandoned mid-BEGIN hands back to the pool. (BEGIN
+                    // commits such a leftover, which a benchmark can live with.)
+                    sqlx::raw_sql("SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE")
                         .execute(&mut *conn)
                         .await?;
                 }
