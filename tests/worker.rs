@@ -9,7 +9,10 @@ use std::time::Duration;
 
 use common::TestDb;
 use sea_orm::sea_query::{Expr, ExprTrait, Query};
-use sea_orm::{ConnectionTrait, EntityTrait, PaginatorTrait};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, PaginatorTrait, QueryFilter,
+    QueryOrder,
+};
 use task_dedup::task_run::{self, Column};
 use task_dedup::{
     DedupError, InvalidReason, NewTask, ReapReport, TaskDedup, TaskKey, TaskStatus, TaskWorker,
@@ -20,6 +23,7 @@ use uuid::Uuid;
 
 matrix!(
     eight_workers_claim_each_task_exactly_once,
+    claim_storm_catches_read_then_update,
     claim_takes_the_oldest_of_the_requested_types,
     lease_comes_from_one_database_clock,
     invalid_transitions_change_nothing,
@@ -86,41 +90,107 @@ async fn set(db: &TestDb, id: Uuid, column: Column, value: chrono::DateTime<chro
     );
 }
 
-async fn eight_workers_claim_each_task_exactly_once(db: &TestDb) {
-    db.migrate().await;
-    for n in 0..200 {
+const WORKERS: usize = 8;
+const QUEUED: usize = 200;
+
+/// How the claim storm takes a task.
+enum Claimer {
+    /// `claim`, then `complete`.
+    Library,
+    /// Test code only: read the oldest queued task, then update it by id without
+    /// checking that it is still queued: the bug `claim` guards against. Every worker
+    /// waits at the barrier between its first read and its first write, so all of them
+    /// read the same task.
+    ReadThenUpdate(Barrier),
+}
+
+impl Claimer {
+    /// Claims and finishes one task for `worker`; `None` when nothing is queued.
+    async fn take(&self, db: &DatabaseConnection, worker: &str, first: bool) -> Option<Uuid> {
+        match self {
+            Claimer::Library => {
+                let task = db.claim(worker, &[], LEASE).await.expect("claim")?;
+                assert_eq!(task.status, TaskStatus::Running);
+                assert_eq!(task.lease_owner.as_deref(), Some(worker));
+                db.complete(task.id, worker, None).await.expect("complete");
+                Some(task.id)
+            }
+            Claimer::ReadThenUpdate(all_read) => {
+                let oldest = task_run::Entity::find()
+                    .filter(Column::Status.eq(TaskStatus::Queued.as_str()))
+                    .order_by_asc(Column::CreatedAt)
+                    .order_by_asc(Column::Id)
+                    .one(db)
+                    .await
+                    .expect("read")?;
+                if first {
+                    all_read.wait().await;
+                }
+                let finish = Query::update()
+                    .table(task_run::Entity)
+                    .value(Column::Status, TaskStatus::Succeeded.as_str())
+                    .and_where(Expr::col(Column::Id).eq(oldest.id))
+                    .to_owned();
+                db.execute(&finish).await.expect("update");
+                Some(oldest.id)
+            }
+        }
+    }
+}
+
+/// [`QUEUED`] tasks, [`WORKERS`] workers on a pool of their own, started together behind
+/// a barrier, each taking tasks until none is queued. Returns every id taken, with
+/// repeats.
+async fn claim_storm(db: &TestDb, claimer: Claimer) -> Vec<Uuid> {
+    for n in 0..QUEUED {
         enqueue(db, key(&format!("doc-{n}"))).await;
     }
-    let pool = db.pool(8).await;
-    let start = Arc::new(Barrier::new(8));
+    let pool = db.pool(WORKERS as u32).await;
+    let (start, claimer) = (Arc::new(Barrier::new(WORKERS)), Arc::new(claimer));
     let mut workers = Vec::new();
-    for w in 0..8 {
-        let (pool, start) = (pool.db.clone(), start.clone());
+    for w in 0..WORKERS {
+        let (pool, start, claimer) = (pool.db.clone(), start.clone(), claimer.clone());
         workers.push(tokio::spawn(async move {
             let worker_id = format!("worker-{w}");
-            let mut claimed = Vec::new();
+            let mut taken = Vec::new();
             start.wait().await;
-            while let Some(task) = pool.claim(&worker_id, &[], LEASE).await.expect("claim") {
-                assert_eq!(task.status, TaskStatus::Running);
-                assert_eq!(task.lease_owner.as_deref(), Some(worker_id.as_str()));
-                pool.complete(task.id, &worker_id, None)
-                    .await
-                    .expect("complete");
-                claimed.push(task.id);
+            while let Some(id) = claimer.take(&pool, &worker_id, taken.is_empty()).await {
+                taken.push(id);
             }
-            claimed
+            taken
         }));
     }
     let mut all = Vec::new();
     for worker in workers {
         all.extend(worker.await.expect("worker"));
     }
+    all
+}
+
+async fn eight_workers_claim_each_task_exactly_once(db: &TestDb) {
+    db.migrate().await;
+    let all = claim_storm(db, Claimer::Library).await;
     let unique: HashSet<_> = all.iter().collect();
-    assert_eq!(all.len(), 200, "no task claimed twice");
-    assert_eq!(unique.len(), 200, "no task lost");
+    assert_eq!(all.len(), QUEUED, "no task claimed twice");
+    assert_eq!(unique.len(), QUEUED, "no task lost");
     for row in common::rows::all(&db.db).await {
         assert_eq!((row.status, row.attempts), (TaskStatus::Succeeded, 1));
     }
+}
+
+async fn claim_storm_catches_read_then_update(db: &TestDb) {
+    db.migrate().await;
+    let claimer = Claimer::ReadThenUpdate(Barrier::new(WORKERS));
+    let all = claim_storm(db, claimer).await;
+    let first = common::rows::all(&db.db).await[0].id;
+    assert_eq!(
+        all.iter().filter(|&&id| id == first).count(),
+        WORKERS,
+        "every worker read the oldest task and took it"
+    );
+    let unique: HashSet<_> = all.iter().collect();
+    assert_eq!(unique.len(), QUEUED);
+    assert!(all.len() >= QUEUED + WORKERS - 1, "{} claims", all.len());
 }
 
 async fn claim_takes_the_oldest_of_the_requested_types(db: &TestDb) {
