@@ -70,6 +70,28 @@ impl DedupConnection for DatabaseExecutor<'_> {
     }
 }
 
+/// Runs `$sqlx` with `$pool` bound to the sqlx pool behind `$db` when `$db` is a pool,
+/// and `$seaorm` otherwise (a transaction, or a connection without a sqlx pool).
+macro_rules! on_sqlx_pool {
+    ($db:expr, $pool:ident => $sqlx:expr, else => $seaorm:expr) => {
+        match $db.pool().map(|pool| (pool, &pool.inner)) {
+            Some((pool, DatabaseConnectionType::SqlxPostgresPoolConnection(_))) => {
+                let $pool = pool.get_postgres_connection_pool();
+                $sqlx
+            }
+            Some((pool, DatabaseConnectionType::SqlxMySqlPoolConnection(_))) => {
+                let $pool = pool.get_mysql_connection_pool();
+                $sqlx
+            }
+            Some((pool, DatabaseConnectionType::SqlxSqlitePoolConnection(_))) => {
+                let $pool = pool.get_sqlite_connection_pool();
+                $sqlx
+            }
+            _ => $seaorm,
+        }
+    };
+}
+
 /// Inserts a new task with `sql` (an INSERT of [`INSERT_COLUMNS`], then the dialect's
 /// conflict clause) and returns the affected-row count.
 ///
@@ -85,30 +107,16 @@ pub(crate) async fn insert_task<C: DedupConnection + ?Sized>(
     sql: &'static str,
     row: &task_run::Model,
 ) -> Result<u64, DbErr> {
-    macro_rules! insert {
-        ($pool:expr) => {
-            bind_task(sqlx::query(sql), row)
-                .execute($pool)
-                .await
-                .map(|result| result.rows_affected())
-                .map_err(exec_err)
-        };
-    }
-    match db.pool().map(|pool| (pool, &pool.inner)) {
-        Some((pool, DatabaseConnectionType::SqlxPostgresPoolConnection(_))) => {
-            insert!(pool.get_postgres_connection_pool())
-        }
-        Some((pool, DatabaseConnectionType::SqlxMySqlPoolConnection(_))) => {
-            insert!(pool.get_mysql_connection_pool())
-        }
-        Some((pool, DatabaseConnectionType::SqlxSqlitePoolConnection(_))) => {
-            insert!(pool.get_sqlite_connection_pool())
-        }
-        _ => {
-            let insert = Statement::from_sql_and_values(backend, sql, insert_values(row));
-            Ok(db.execute_raw(insert).await?.rows_affected())
-        }
-    }
+    on_sqlx_pool!(db, pool => {
+        bind_task(sqlx::query(sql), row)
+            .execute(pool)
+            .await
+            .map(|result| result.rows_affected())
+            .map_err(exec_err)
+    }, else => {
+        let insert = Statement::from_sql_and_values(backend, sql, insert_values(row));
+        Ok(db.execute_raw(insert).await?.rows_affected())
+    })
 }
 
 /// Runs `sql`, a SELECT of every column by key (three parameters), and maps the row.
@@ -119,38 +127,24 @@ pub(crate) async fn select_task<C: DedupConnection + ?Sized>(
     sql: &'static str,
     key: &TaskKey,
 ) -> Result<Option<task_run::Model>, DbErr> {
-    macro_rules! select {
-        ($pool:expr) => {
-            sqlx::query(sql)
-                .bind(key.user_id())
-                .bind(key.task_type())
-                .bind(key.resource_key())
-                .fetch_optional($pool)
-                .await
-                .map(|row| row.map(QueryResult::from))
-                .map_err(exec_err)
-        };
-    }
-    let row = match db.pool().map(|pool| (pool, &pool.inner)) {
-        Some((pool, DatabaseConnectionType::SqlxPostgresPoolConnection(_))) => {
-            select!(pool.get_postgres_connection_pool())
-        }
-        Some((pool, DatabaseConnectionType::SqlxMySqlPoolConnection(_))) => {
-            select!(pool.get_mysql_connection_pool())
-        }
-        Some((pool, DatabaseConnectionType::SqlxSqlitePoolConnection(_))) => {
-            select!(pool.get_sqlite_connection_pool())
-        }
-        _ => {
-            let values = [
-                key.user_id().into(),
-                key.task_type().into(),
-                key.resource_key().into(),
-            ];
-            let select = Statement::from_sql_and_values(backend, sql, values);
-            db.query_one_raw(select).await
-        }
-    }?;
+    let row = on_sqlx_pool!(db, pool => {
+        sqlx::query(sql)
+            .bind(key.user_id())
+            .bind(key.task_type())
+            .bind(key.resource_key())
+            .fetch_optional(pool)
+            .await
+            .map(|row| row.map(QueryResult::from))
+            .map_err(exec_err)
+    }, else => {
+        let values = [
+            key.user_id().into(),
+            key.task_type().into(),
+            key.resource_key().into(),
+        ];
+        db.query_one_raw(Statement::from_sql_and_values(backend, sql, values))
+            .await
+    })?;
     row.map(|row| task_run::Model::from_query_result(&row, ""))
         .transpose()
 }

@@ -9,7 +9,7 @@ use uuid::Uuid;
 use crate::TaskStatus;
 use crate::connection::DedupConnection;
 use crate::dialect::{Dialect, Lookup};
-use crate::error::{DedupError, check_json, is_transaction_conflict};
+use crate::error::{DedupError, check_json_argument, is_transaction_conflict};
 use crate::key::{NewTask, TaskKey};
 use crate::task_run;
 
@@ -109,12 +109,7 @@ pub trait TaskDedup {
 impl<C: DedupConnection> TaskDedup for C {
     async fn find_or_enqueue(&self, task: NewTask) -> Result<Enqueued, DedupError> {
         let NewTask { key, payload } = task;
-        if let Some(payload) = &payload {
-            check_json(payload).map_err(|reason| DedupError::InvalidArgument {
-                name: "payload",
-                reason,
-            })?;
-        }
+        check_json_argument("payload", payload.as_ref())?;
         let dialect = Dialect::of(self)?;
         let now = task_run::now();
         let mut row = task_run::Model {

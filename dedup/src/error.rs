@@ -245,28 +245,32 @@ pub fn is_transaction_conflict(err: &DbErr) -> bool {
     false
 }
 
-/// Checks a JSON document for NUL characters in its strings and keys: PostgreSQL's
-/// `jsonb` cannot store U+0000, while SQLite and MySQL would, so reject it everywhere.
-pub(crate) fn check_json(value: &serde_json::Value) -> Result<(), InvalidReason> {
-    use serde_json::Value;
-    let has_nul = match value {
-        Value::String(text) => text.contains('\0'),
-        Value::Array(items) => return items.iter().try_for_each(check_json),
-        Value::Object(fields) => {
-            for (name, field) in fields {
-                if name.contains('\0') {
-                    return Err(InvalidReason::ContainsNul);
-                }
-                check_json(field)?;
-            }
-            false
-        }
-        Value::Null | Value::Bool(_) | Value::Number(_) => false,
-    };
-    if has_nul {
-        return Err(InvalidReason::ContainsNul);
+/// Rejects a JSON argument (`name`) with a NUL character in a string or key:
+/// PostgreSQL's `jsonb` cannot store U+0000, while SQLite and MySQL would, so it is
+/// refused everywhere.
+pub(crate) fn check_json_argument(
+    name: &'static str,
+    value: Option<&serde_json::Value>,
+) -> Result<(), DedupError> {
+    match value {
+        Some(value) if json_has_nul(value) => Err(DedupError::InvalidArgument {
+            name,
+            reason: InvalidReason::ContainsNul,
+        }),
+        _ => Ok(()),
     }
-    Ok(())
+}
+
+fn json_has_nul(value: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match value {
+        Value::String(text) => text.contains('\0'),
+        Value::Array(items) => items.iter().any(json_has_nul),
+        Value::Object(fields) => fields
+            .iter()
+            .any(|(name, field)| name.contains('\0') || json_has_nul(field)),
+        Value::Null | Value::Bool(_) | Value::Number(_) => false,
+    }
 }
 
 #[cfg(test)]
@@ -276,14 +280,24 @@ mod tests {
     #[test]
     fn json_with_nul_anywhere_is_rejected() {
         let ok = serde_json::json!({"a": ["b", {"c": 1.5}], "d": null});
-        assert_eq!(check_json(&ok), Ok(()));
+        assert!(check_json_argument("payload", Some(&ok)).is_ok());
+        assert!(check_json_argument("payload", None).is_ok());
         for bad in [
             serde_json::json!("a\0"),
             serde_json::json!([1, ["x\0"]]),
             serde_json::json!({"k\0": 1}),
             serde_json::json!({"k": {"deep": "\0"}}),
         ] {
-            assert_eq!(check_json(&bad), Err(InvalidReason::ContainsNul), "{bad}");
+            assert!(
+                matches!(
+                    check_json_argument("payload", Some(&bad)),
+                    Err(DedupError::InvalidArgument {
+                        name: "payload",
+                        reason: InvalidReason::ContainsNul
+                    })
+                ),
+                "{bad}"
+            );
         }
     }
 

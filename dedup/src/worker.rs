@@ -16,7 +16,8 @@ use crate::TaskStatus;
 use crate::connection::DedupConnection;
 use crate::dialect::Dialect;
 use crate::error::{
-    DedupError, InvalidReason, MAX_ERROR_CHARS, Transition, check_free_text, check_json, check_text,
+    DedupError, InvalidReason, MAX_ERROR_CHARS, Transition, check_free_text, check_json_argument,
+    check_text,
 };
 use crate::task_run::{self, Column, LEASE_OWNER_MAX_CHARS, TASK_TYPE_MAX_CHARS};
 
@@ -186,12 +187,7 @@ impl<C: DedupConnection> TaskWorker for C {
         result: Option<serde_json::Value>,
     ) -> Result<task_run::Model, DedupError> {
         check_worker_id(worker_id)?;
-        if let Some(result) = &result {
-            check_json(result).map_err(|reason| DedupError::InvalidArgument {
-                name: "result",
-                reason,
-            })?;
-        }
+        check_json_argument("result", result.as_ref())?;
         let dialect = Dialect::of(self)?;
         let update = finish(dialect, TaskStatus::Succeeded)
             .value(Column::Result, result)

@@ -113,7 +113,7 @@ pub(crate) fn create_table(backend: DbBackend) -> TableCreateStatement {
 }
 
 /// An index on `task_run` over `columns`, in order.
-fn index<const N: usize>(name: &str, columns: [Column; N]) -> IndexCreateStatement {
+fn index(name: &str, columns: impl IntoIterator<Item = Column>) -> IndexCreateStatement {
     let mut index = Index::create();
     index.name(name).table(Entity);
     for column in columns {
@@ -126,16 +126,9 @@ fn index<const N: usize>(name: &str, columns: [Column; N]) -> IndexCreateStateme
 const KEY: [Column; 3] = [Column::UserId, Column::TaskType, Column::ResourceKey];
 
 fn lookup_index() -> IndexCreateStatement {
-    let [user_id, task_type, resource_key] = KEY;
     index(
         LOOKUP_IDX,
-        [
-            user_id,
-            task_type,
-            resource_key,
-            Column::Status,
-            Column::CreatedAt,
-        ],
+        KEY.into_iter().chain([Column::Status, Column::CreatedAt]),
     )
 }
 
