@@ -146,13 +146,7 @@ async fn enqueue(
         task = task.with_payload(payload);
     }
 
-    let mut attempt = 1;
-    let outcome = loop {
-        match enqueue_in_transaction(&db, task.clone()).await {
-            Err(err) if run_again(&err, &mut attempt) => {}
-            result => break result?,
-        }
-    };
+    let outcome = with_retries(|| enqueue_in_transaction(&db, task.clone())).await?;
 
     let (status, deduplicated) = match &outcome {
         Enqueued::Created(_) => (StatusCode::CREATED, false),
@@ -185,32 +179,24 @@ async fn cancel(
     let reason = body?
         .and_then(|Json(request)| request.reason)
         .unwrap_or_else(|| "cancelled through the API".to_owned());
-    let mut attempt = 1;
-    let task = loop {
-        match cancel_in_transaction(&db, id, &reason).await {
-            Err(err) if run_again(&err, &mut attempt) => {}
-            result => break result?,
-        }
-    };
+    let task = with_retries(|| cancel_in_transaction(&db, id, &reason)).await?;
     Ok(Json(task))
 }
 
 /// Enqueues `task` and records the outcome in the projection, in one transaction: the
-/// projection row of a created task commits with it, or neither does.
+/// projection row of a created task commits with it, or neither does. On an error the
+/// transaction is dropped uncommitted, and SeaORM rolls it back.
 async fn enqueue_in_transaction(
     db: &DatabaseConnection,
     task: NewTask,
 ) -> Result<Enqueued, ApiError> {
     let txn = db.begin().await?;
-    let result = async {
-        // The unique index decides; the projection only follows the outcome. A hit
-        // leaves the transaction usable, so the projection write goes on in it.
-        let outcome = txn.find_or_enqueue(task).await?;
-        project(&txn, outcome.task(), outcome.is_created()).await?;
-        Ok(outcome)
-    }
-    .await;
-    end(txn, result).await
+    // The unique index decides; the projection only follows the outcome. A hit leaves
+    // the transaction usable, so the projection write goes on in it.
+    let outcome = txn.find_or_enqueue(task).await?;
+    project(&txn, outcome.task()).await?;
+    txn.commit().await?;
+    Ok(outcome)
 }
 
 /// Cancels task `id` and records it in the projection, in one transaction.
@@ -220,26 +206,19 @@ async fn cancel_in_transaction(
     reason: &str,
 ) -> Result<task_run::Model, ApiError> {
     let txn = db.begin().await?;
-    let result = async {
-        let task = txn.cancel(id, reason).await?;
-        project(&txn, &task, false).await?;
-        Ok(task)
-    }
-    .await;
-    end(txn, result).await
+    let task = txn.cancel(id, reason).await?;
+    project(&txn, &task).await?;
+    txn.commit().await?;
+    Ok(task)
 }
 
-/// Records `task` in the `workflow_run` projection: inserts the row of a task this call
-/// created, upserts otherwise (the task may have been enqueued by another service).
+/// Records `task` in the `workflow_run` projection, inserting or updating its row (an
+/// existing task may have been enqueued by another service).
 ///
 /// The projection stays outside the source of truth: nothing here, nor anywhere in this
 /// service, reads `workflow_run` to decide whether a task is a duplicate. Only
 /// `task_run`'s unique index decides that, inside `find_or_enqueue`.
-async fn project(
-    txn: &DatabaseTransaction,
-    task: &task_run::Model,
-    created: bool,
-) -> Result<(), DbErr> {
+async fn project(txn: &DatabaseTransaction, task: &task_run::Model) -> Result<(), DbErr> {
     let row = workflow_run::ActiveModel {
         task_id: Set(task.id),
         user_id: Set(task.user_id.clone()),
@@ -248,45 +227,35 @@ async fn project(
         status: Set(task.status),
         updated_at: Set(task.updated_at),
     };
-    let mut insert = workflow_run::Entity::insert(row);
-    if !created {
-        use workflow_run::Column;
-        insert = insert.on_conflict(
+    use workflow_run::Column;
+    workflow_run::Entity::insert(row)
+        .on_conflict(
             OnConflict::column(Column::TaskId)
                 .update_columns([Column::Status, Column::UpdatedAt])
                 .to_owned(),
-        );
-    }
-    insert.exec_without_returning(txn).await?;
+        )
+        .exec_without_returning(txn)
+        .await?;
     Ok(())
 }
 
-/// Commits `txn` when `result` is a success, rolls it back otherwise.
-async fn end<T>(txn: DatabaseTransaction, result: Result<T, ApiError>) -> Result<T, ApiError> {
-    match result {
-        Ok(value) => {
-            txn.commit().await?;
-            Ok(value)
-        }
-        Err(err) => {
-            if let Err(rollback) = txn.rollback().await {
-                tracing::warn!(error = %rollback, "rollback failed");
+/// Runs `run` again while the database aborts its transaction to break a deadlock
+/// (PostgreSQL, MySQL/MariaDB), up to [`TRANSACTION_ATTEMPTS`] times. Only the owner of a
+/// transaction can run it again (see `DedupError::TransactionAborted`).
+async fn with_retries<T, F>(run: impl Fn() -> F) -> Result<T, ApiError>
+where
+    F: Future<Output = Result<T, ApiError>>,
+{
+    let mut attempt = 1;
+    loop {
+        match run().await {
+            Err(err) if err.is_aborted_transaction() && attempt < TRANSACTION_ATTEMPTS => {
+                tracing::debug!(attempt, error = %err, "transaction aborted by the database; running it again");
+                attempt += 1;
             }
-            Err(err)
+            result => return result,
         }
     }
-}
-
-/// Whether to run a transaction again: the database aborted it to break a deadlock
-/// (PostgreSQL, MySQL/MariaDB) and attempts are left. Only the owner of a transaction
-/// can run it again (see `DedupError::TransactionAborted`).
-fn run_again(err: &ApiError, attempt: &mut u32) -> bool {
-    if !err.is_aborted_transaction() || *attempt >= TRANSACTION_ATTEMPTS {
-        return false;
-    }
-    tracing::debug!(attempt = *attempt, error = %err, "transaction aborted by the database; running it again");
-    *attempt += 1;
-    true
 }
 
 /// Everything a request can fail with; each becomes a status and `{"error": "..."}`.
@@ -356,7 +325,7 @@ impl ApiError {
     /// serialization conflict, so that running it again may succeed.
     fn is_aborted_transaction(&self) -> bool {
         match self {
-            ApiError::Dedup(err) => err.is_retryable(),
+            ApiError::Dedup(err) => matches!(err, DedupError::TransactionAborted(_)),
             // The service's own statements in the same transaction can be the victim too.
             ApiError::Database(err) => task_dedup::is_transaction_conflict(err),
             _ => false,
@@ -377,12 +346,9 @@ fn dedup_status(err: &DedupError) -> StatusCode {
             StatusCode::CONFLICT
         }
         // Safe to retry later: the client should.
-        DedupError::Contention { .. } | DedupError::TransactionAborted(_) => {
-            StatusCode::SERVICE_UNAVAILABLE
-        }
-        DedupError::Database(_) => StatusCode::INTERNAL_SERVER_ERROR,
-        // `DedupError` is non-exhaustive: a variant added later is a server problem until
-        // this function learns about it.
+        _ if err.is_retryable() => StatusCode::SERVICE_UNAVAILABLE,
+        // The database, or (`DedupError` is non-exhaustive) a variant added later: a
+        // server problem until this function learns about it.
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
@@ -442,6 +408,7 @@ mod create_workflow_run {
     };
 
     use super::workflow_run::{Column, Entity};
+    use task_dedup::task_run::{RESOURCE_KEY_MAX_CHARS, TASK_TYPE_MAX_CHARS, USER_ID_MAX_CHARS};
 
     pub struct Migration;
 
@@ -468,11 +435,19 @@ mod create_workflow_run {
                         .not_null()
                         .primary_key(),
                 )
-                .col(ColumnDef::new(Column::UserId).string_len(64).not_null())
-                .col(ColumnDef::new(Column::TaskType).string_len(64).not_null())
+                .col(
+                    ColumnDef::new(Column::UserId)
+                        .string_len(USER_ID_MAX_CHARS as u32)
+                        .not_null(),
+                )
+                .col(
+                    ColumnDef::new(Column::TaskType)
+                        .string_len(TASK_TYPE_MAX_CHARS as u32)
+                        .not_null(),
+                )
                 .col(
                     ColumnDef::new(Column::ResourceKey)
-                        .string_len(255)
+                        .string_len(RESOURCE_KEY_MAX_CHARS as u32)
                         .not_null(),
                 )
                 .col(ColumnDef::new(Column::Status).string_len(16).not_null());

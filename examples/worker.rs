@@ -42,8 +42,6 @@ const DEFAULT_DATABASE_URL: &str = "sqlite://http_api.db?mode=rwc";
 const DEFAULT_WORK_MS: u64 = 200;
 /// A payload cannot keep the demo busy for longer than this.
 const MAX_WORK_MS: u64 = 60_000;
-/// The limit of worker ids and task types, in characters (their `task_run` columns).
-const MAX_NAME_CHARS: usize = 64;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -141,9 +139,13 @@ impl WorkerConfig {
     /// # Errors
     /// [`ConfigError`] naming the first field out of range.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        check_name("worker_id", &self.worker_id)?;
+        check_name(
+            "worker_id",
+            &self.worker_id,
+            task_run::LEASE_OWNER_MAX_CHARS,
+        )?;
         for task_type in &self.task_types {
-            check_name("task_types", task_type)?;
+            check_name("task_types", task_type, task_run::TASK_TYPE_MAX_CHARS)?;
         }
         if self.lease.is_zero() || self.lease > MAX_LEASE {
             return Err(invalid("lease", "more than zero and at most 7 days"));
@@ -200,8 +202,10 @@ impl WorkerConfig {
     }
 }
 
-fn check_name(field: &'static str, value: &str) -> Result<(), ConfigError> {
-    if value.is_empty() || value.contains('\0') || value.chars().count() > MAX_NAME_CHARS {
+/// Checks a name against its `task_run` column before anything connects (`claim` checks
+/// too, but the loop would only log and retry).
+fn check_name(field: &'static str, value: &str, max_chars: usize) -> Result<(), ConfigError> {
+    if value.is_empty() || value.contains('\0') || value.chars().count() > max_chars {
         return Err(invalid(field, "1 to 64 characters, without NUL"));
     }
     Ok(())
@@ -294,7 +298,7 @@ async fn work_on(
     task: task_run::Model,
 ) -> Option<TaskStatus> {
     let (id, worker_id) = (task.id, config.worker_id.as_str());
-    tracing::info!(task_id = %id, key = %format_key(&task), attempt = task.attempts, "working");
+    tracing::info!(task_id = %id, user_id = %task.user_id, task_type = %task.task_type, resource_key = %task.resource_key, attempt = task.attempts, "working");
     let (lease_lost, lost) = oneshot::channel();
     let heartbeat = tokio::spawn(heartbeat(
         db.clone(),
@@ -419,11 +423,4 @@ fn ctrl_c() -> watch::Receiver<bool> {
         }
     });
     receiver
-}
-
-fn format_key(task: &task_run::Model) -> String {
-    format!(
-        "({:?}, {:?}, {:?})",
-        task.user_id, task.task_type, task.resource_key
-    )
 }

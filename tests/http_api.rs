@@ -182,11 +182,13 @@ async fn fifty_identical_posts_create_one_task(db: &TestDb) {
         .count();
     assert_eq!(created.len(), 1, "exactly one 201");
     assert_eq!(deduplicated, STORM - 1, "every other answer is a 200 hit");
-    let (_, location, first) = created[0];
+    let (_, _, first) = created[0];
     assert_eq!(first["deduplicated"], false);
     let id = id_of(first);
-    for (_, _, body) in &responses {
+    let task_location = format!("/tasks/{id}");
+    for (_, location, body) in &responses {
         assert_eq!(id_of(body), id, "every answer carries the same task");
+        assert_eq!(location.as_deref(), Some(&*task_location));
         assert_eq!(body["status"], "queued");
         assert_eq!(body["payload"], json!({"pages": 3}));
         assert_eq!(
@@ -194,7 +196,6 @@ async fn fifty_identical_posts_create_one_task(db: &TestDb) {
             (&json!(user), &json!("export"), &json!(resource))
         );
     }
-    assert_eq!(location.as_deref(), Some(&*format!("/tasks/{id}")));
 
     assert_eq!(task_count(db).await, 1);
     let rows = projection(db).await;
