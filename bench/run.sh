@@ -36,12 +36,12 @@ repeat=${BENCH_REPEAT:-1}
 deadline=${BENCH_DEADLINE:-60}
 
 cargo build --quiet --release -p task-dedup-bench
-bin=target/release/task-dedup-bench
+bin=${CARGO_TARGET_DIR:-target}/release/task-dedup-bench
 mkdir -p bench/results
 results="bench/results/$(date -u +%Y%m%dT%H%M%SZ).txt"
 {
   echo "# $(date -u) $(uname -srm), $(nproc) cpus; pool=$pool ops=$ops repeat=$repeat"
-  echo "# dialect clients strategy workload ops seconds ops_per_sec duplicates_active active_jobs created errors | p50_us p99_us cpu_us_per_call abandoned"
+  echo "# dialect clients strategy workload ops seconds ops_per_sec duplicates_active active_jobs created errors | p50_us p99_us cpu_us_per_call abandoned churn_duplicates"
 } >"$results"
 
 for dialect in $dialects; do
@@ -62,7 +62,8 @@ for dialect in $dialects; do
           continue
         }
         line=$(sed -n 1p <<<"$out")
-        extra=$(sed -n 2p <<<"$out" | tr ' ' '\n' | grep -E '^(p50_us|p99_us|cpu_us_per_call|abandoned)=' | cut -d= -f2 | tr '\n' ' ')
+        # p50_us p99_us cpu_us_per_call abandoned churn_duplicates (the order of the # line)
+        extra=$(sed -n 2p <<<"$out" | tr ' ' '\n' | grep -E '^(p50_us|p99_us|cpu_us_per_call|churn_duplicates|abandoned)=' | cut -d= -f2 | tr '\n' ' ' || true)
         echo "$dialect $clients $line | $extra" | tee -a "$results"
       done
       done
@@ -84,7 +85,8 @@ awk '
     if (!(cell in seen)) { seen[cell] = 1; order[++cells] = cell }
     rate[cell] = rate[cell] " " $7; p50[cell] = p50[cell] " " $13
     p99[cell] = p99[cell] " " $14; cpu[cell] = cpu[cell] " " $15
-    if ($8 > dup[cell]) dup[cell] = $8
+    # duplicates left active, plus those the churn finisher completed
+    if ($8 + $17 > dup[cell]) dup[cell] = $8 + $17
     if ($11 > err[cell]) err[cell] = $11
     if ($16 > gone[cell]) gone[cell] = $16
   }

@@ -32,6 +32,9 @@ pub struct Report {
     pub cpu_us_per_call: f64,
     /// Active tasks the churn finisher completed during the run.
     pub finished_by_churn: u64,
+    /// Keys the churn finisher found with more than one active task (a duplicate it
+    /// would otherwise hide from the check afterwards), one per extra task.
+    pub churn_duplicates: u64,
     /// Calls still running at the deadline, abandoned (counted neither as ops nor errors).
     pub abandoned: usize,
     pub deadline_hit: bool,
@@ -61,7 +64,7 @@ impl Report {
             self.errors
         );
         println!(
-            "# dialect={} clients={} pool={} p50_us={} p99_us={} cpu_us_per_call={:.1} rows={} finished_by_churn={} abandoned={} deadline_hit={}",
+            "# dialect={} clients={} pool={} p50_us={} p99_us={} cpu_us_per_call={:.1} rows={} finished_by_churn={} abandoned={} deadline_hit={} churn_duplicates={}",
             self.dialect,
             self.clients,
             self.pool,
@@ -71,7 +74,8 @@ impl Report {
             self.table.rows,
             self.finished_by_churn,
             self.abandoned,
-            self.deadline_hit
+            self.deadline_hit,
+            self.churn_duplicates
         );
     }
 }
@@ -104,15 +108,7 @@ pub async fn run(args: &Args) -> Result<Report, String> {
     let runner = Arc::new(Runner::new(args.strategy, db.clone()));
 
     let warmup_deadline = Instant::now() + Duration::from_secs(args.deadline_secs);
-    phase(
-        args,
-        &runner,
-        &db,
-        "warmup",
-        args.warmup,
-        Some(warmup_deadline),
-    )
-    .await;
+    phase(args, &runner, &db, "warmup", args.warmup, warmup_deadline).await;
     db.execute_unprepared("DELETE FROM task_run")
         .await
         .map_err(|e| e.to_string())?;
@@ -120,9 +116,9 @@ pub async fn run(args: &Args) -> Result<Report, String> {
     let deadline = Instant::now() + Duration::from_secs(args.deadline_secs);
     let cpu_before = process_cpu_us();
     let started = Instant::now();
-    let (mut tally, finished_by_churn) =
-        phase(args, &runner, &db, "run", args.ops, Some(deadline)).await;
+    let (mut tally, churn) = phase(args, &runner, &db, "run", args.ops, deadline).await;
     let seconds = started.elapsed().as_secs_f64();
+    let deadline_hit = Instant::now() > deadline;
     let cpu_us = process_cpu_us().saturating_sub(cpu_before);
 
     if let Some(error) = &tally.first_error {
@@ -152,9 +148,10 @@ pub async fn run(args: &Args) -> Result<Report, String> {
         p50_us: percentile(0.50),
         p99_us: percentile(0.99),
         cpu_us_per_call: cpu_us as f64 / tally.ops.max(1) as f64,
-        finished_by_churn,
+        finished_by_churn: churn.finished,
+        churn_duplicates: churn.duplicates,
         abandoned: tally.abandoned,
-        deadline_hit: Instant::now() > deadline,
+        deadline_hit,
         table,
     })
 }
@@ -207,17 +204,23 @@ async fn open_pool(args: &Args) -> Result<DatabaseConnection, String> {
         .map_err(|e| e.to_string())
 }
 
+/// What the churn finisher did.
+#[derive(Default)]
+struct Churn {
+    finished: u64,
+    duplicates: u64,
+}
+
 /// Runs `ops` calls over `args.clients` callers; with a churn workload, a finisher
-/// completes active tasks meanwhile. Returns the tally and how many tasks the finisher
-/// completed.
+/// completes active tasks meanwhile. Returns the tally and what the finisher did.
 async fn phase(
     args: &Args,
     runner: &Arc<Runner>,
     db: &DatabaseConnection,
     label: &'static str,
     ops: usize,
-    deadline: Option<Instant>,
-) -> (Tally, u64) {
+    deadline: Instant,
+) -> (Tally, Churn) {
     let done = Arc::new(AtomicBool::new(false));
     let finisher = (args.workload == Workload::Churn)
         .then(|| tokio::spawn(churn_finisher(db.clone(), args.keys, done.clone())));
@@ -234,7 +237,7 @@ async fn phase(
         callers.push(tokio::spawn(async move {
             let mut tally = Tally::default();
             let mut rng = XorShift::new(client as u64 + 1);
-            let past_deadline = || deadline.is_some_and(|d| Instant::now() > d);
+            let past_deadline = || Instant::now() > deadline;
             if workload == Workload::Race {
                 for round in 0..rounds {
                     // The leader decides for everyone whether to go on, so no caller
@@ -247,7 +250,7 @@ async fn phase(
                         break;
                     }
                     let key = key(workload, label, client, round, keys, &mut rng);
-                    call(&runner, &key, &mut tally, deadline).await;
+                    call(&runner, key, &mut tally, deadline).await;
                 }
             } else {
                 loop {
@@ -256,7 +259,7 @@ async fn phase(
                         break;
                     }
                     let key = key(workload, label, client, seq, keys, &mut rng);
-                    call(&runner, &key, &mut tally, deadline).await;
+                    call(&runner, key, &mut tally, deadline).await;
                 }
             }
             tally
@@ -264,35 +267,36 @@ async fn phase(
     }
     let mut total = Tally::default();
     for caller in callers {
-        if let Ok(tally) = caller.await {
-            total.ops += tally.ops;
-            total.created += tally.created;
-            total.errors += tally.errors;
-            total.abandoned += tally.abandoned;
-            total.latencies_us.extend(tally.latencies_us);
-            total.first_error = total.first_error.or(tally.first_error);
+        match caller.await {
+            Ok(tally) => {
+                total.ops += tally.ops;
+                total.created += tally.created;
+                total.errors += tally.errors;
+                total.abandoned += tally.abandoned;
+                total.latencies_us.extend(tally.latencies_us);
+                total.first_error = total.first_error.or(tally.first_error);
+            }
+            // A caller that panicked lost its calls: an error, not silence.
+            Err(panicked) => {
+                total.errors += 1;
+                total.first_error.get_or_insert(panicked.to_string());
+            }
         }
     }
     done.store(true, Ordering::Relaxed);
-    let finished = match finisher {
-        Some(handle) => handle.await.unwrap_or(0),
-        None => 0,
+    let churn = match finisher {
+        Some(handle) => handle.await.unwrap_or_default(),
+        None => Churn::default(),
     };
-    (total, finished)
+    (total, churn)
 }
 
-async fn call(runner: &Runner, key: &TaskKey, tally: &mut Tally, deadline: Option<Instant>) {
+async fn call(runner: &Runner, key: TaskKey, tally: &mut Tally, deadline: Instant) {
     let started = Instant::now();
-    let outcome = match deadline {
-        // A call still running at the deadline is abandoned, neither an op nor an error.
-        Some(deadline) => match tokio::time::timeout_at(deadline.into(), runner.call(key)).await {
-            Ok(outcome) => outcome,
-            Err(_) => {
-                tally.abandoned += 1;
-                return;
-            }
-        },
-        None => runner.call(key).await,
+    // A call still running at the deadline is abandoned, neither an op nor an error.
+    let Ok(outcome) = tokio::time::timeout_at(deadline.into(), runner.call(key)).await else {
+        tally.abandoned += 1;
+        return;
     };
     tally
         .latencies_us
@@ -309,13 +313,15 @@ async fn call(runner: &Runner, key: &TaskKey, tally: &mut Tally, deadline: Optio
 }
 
 /// Completes the active task of random hot keys until told to stop, with plain SQL
-/// (the same for every strategy). Returns how many it completed.
-async fn churn_finisher(db: DatabaseConnection, keys: usize, done: Arc<AtomicBool>) -> u64 {
+/// (the same for every strategy). Completing more than one task of a key means the
+/// strategy let duplicates in: they are counted, since the check afterwards can no
+/// longer see them.
+async fn churn_finisher(db: DatabaseConnection, keys: usize, done: Arc<AtomicBool>) -> Churn {
     use sea_orm::sea_query::{Expr, ExprTrait, Query};
     use task_dedup::task_run::{self, Column};
 
     let mut rng = XorShift::new(u64::MAX / 3);
-    let mut finished = 0;
+    let mut churn = Churn::default();
     while !done.load(Ordering::Relaxed) {
         let key = hot_key(rng.below(keys));
         let update = Query::update()
@@ -329,11 +335,14 @@ async fn churn_finisher(db: DatabaseConnection, keys: usize, done: Arc<AtomicBoo
             .and_where(Expr::cust(task_dedup::active_status_sql()))
             .to_owned();
         match db.execute(&update).await {
-            Ok(result) => finished += result.rows_affected(),
+            Ok(result) => {
+                churn.finished += result.rows_affected();
+                churn.duplicates += result.rows_affected().saturating_sub(1);
+            }
             Err(_) => tokio::time::sleep(Duration::from_millis(1)).await,
         }
     }
-    finished
+    churn
 }
 
 /// This process's user + system CPU time, in microseconds, from /proc (0 elsewhere).

@@ -182,7 +182,7 @@ macro_rules! read_then_insert {
             .await?;
         let outcome = match row {
             Some(row) => {
-                decode!(row);
+                std::hint::black_box(decode!(row));
                 Outcome::Existing
             }
             None => {
@@ -204,24 +204,21 @@ impl Runner {
     }
 
     /// One call of the strategy for `key`.
-    pub async fn call(&self, key: &TaskKey) -> Result<Outcome, String> {
+    pub async fn call(&self, key: TaskKey) -> Result<Outcome, String> {
         let result = match self.strategy {
             Strategy::FindOrEnqueue => {
-                return self
-                    .db
-                    .find_or_enqueue(NewTask::new(key.clone()))
-                    .await
-                    .map(|outcome| match outcome.is_created() {
-                        true => Outcome::Created,
-                        false => Outcome::Existing,
-                    })
-                    .map_err(|e| e.to_string());
+                let outcome = self.db.find_or_enqueue(NewTask::new(key)).await;
+                return match outcome {
+                    Ok(outcome) if outcome.is_created() => Ok(Outcome::Created),
+                    Ok(_) => Ok(Outcome::Existing),
+                    Err(e) => Err(e.to_string()),
+                };
             }
-            Strategy::RawInsert => self.raw_insert(key).await,
-            Strategy::RawDedup => self.raw_dedup(key).await,
-            Strategy::Naive => self.naive(key).await,
-            Strategy::Serializable => self.serializable(key).await,
-            Strategy::AdvisoryLock => self.advisory_lock(key).await,
+            Strategy::RawInsert => self.raw_insert(&key).await,
+            Strategy::RawDedup => self.raw_dedup(&key).await,
+            Strategy::Naive => self.naive(&key).await,
+            Strategy::Serializable => self.serializable(&key).await,
+            Strategy::AdvisoryLock => self.advisory_lock(&key).await,
         };
         result.map_err(|e| e.to_string())
     }
@@ -256,7 +253,7 @@ impl Runner {
                         .fetch_optional(pool)
                         .await
                         .and_then(|row| match row {
-                            Some(row) => Ok(Some({ decode!(row); Outcome::Existing })),
+                            Some(row) => Ok(Some({ std::hint::black_box(decode!(row)); Outcome::Existing })),
                             None => Ok(None),
                         }),
                     Err(e) => Err(e),
@@ -282,7 +279,7 @@ impl Runner {
                 .fetch_optional(pool)
                 .await?;
             if let Some(row) = row {
-                decode!(row);
+                std::hint::black_box(decode!(row));
                 return Ok(Outcome::Existing);
             }
             bind_new!(sqlx::query(self.sql.insert), key).execute(pool).await?;
@@ -327,12 +324,8 @@ impl Runner {
         ))
     }
 
+    /// PostgreSQL only (`run` refuses the others before any call).
     async fn advisory_lock(&self, key: &TaskKey) -> Result<Outcome, sqlx::Error> {
-        if self.db.get_database_backend() != DbBackend::Postgres {
-            return Err(sqlx::Error::Protocol(
-                "advisory-lock needs PostgreSQL".into(),
-            ));
-        }
         let pool = self.db.get_postgres_connection_pool();
         let mut txn = pool.begin().await?;
         sqlx::query("SELECT pg_advisory_xact_lock($1)")
@@ -351,6 +344,8 @@ fn key_hash(key: &TaskKey) -> i64 {
 }
 
 /// Deadlocks and serialization failures: PostgreSQL 40001/40P01, InnoDB 1213 (40001).
+/// The codes of `task_dedup::is_transaction_conflict`, which takes a SeaORM `DbErr`;
+/// these strategies see sqlx's errors.
 fn is_retryable(error: &sqlx::Error) -> bool {
     matches!(error, sqlx::Error::Database(e) if matches!(e.code().as_deref(), Some("40001" | "40P01")))
 }

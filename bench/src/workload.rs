@@ -33,14 +33,17 @@ pub fn key(
 ) -> TaskKey {
     let resource = match workload {
         Workload::Unique => format!("{phase}-{client}-{seq}"),
-        Workload::Dup | Workload::Churn => format!("hot-{}", rng.below(keys)),
+        Workload::Dup | Workload::Churn => return hot_key(rng.below(keys)),
         Workload::Race => format!("{phase}-race-{seq}"),
     };
-    TaskKey::new("bench-user", "bench", resource).unwrap_or_else(|e| panic!("bench key: {e}"))
+    bench_key(resource)
 }
 
-/// The keys a churn finisher completes.
+/// Hot key `index` of `dup` and `churn`, which the churn finisher completes.
 pub fn hot_key(index: usize) -> TaskKey {
-    TaskKey::new("bench-user", "bench", format!("hot-{index}"))
-        .unwrap_or_else(|e| panic!("bench key: {e}"))
+    bench_key(format!("hot-{index}"))
+}
+
+fn bench_key(resource: String) -> TaskKey {
+    TaskKey::new("bench-user", "bench", resource).unwrap_or_else(|e| panic!("bench key: {e}"))
 }
