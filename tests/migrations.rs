@@ -10,6 +10,7 @@ use task_dedup::TaskStatus::{Cancelled, Failed, Queued, Running, Succeeded};
 use task_dedup_migration::{Migrator, ensure_schema};
 
 matrix!(
+    each_step_leaves_its_pinned_schema,
     up_down_up_leaves_schema_identical,
     up_twice_is_a_noop,
     index_admits_one_active_row_per_key,
@@ -22,38 +23,8 @@ matrix!(
 );
 
 /// What the schema of `task_run` looks like, as the database describes it.
-async fn schema(db: &TestDb) -> Vec<String> {
-    if !has_table(db, "task_run").await {
-        return Vec::new();
-    }
-    let sql = match db.dialect {
-        Dialect::Sqlite => {
-            "SELECT type || ' ' || name || ': ' || COALESCE(sql, '') AS line FROM sqlite_master \
-             WHERE tbl_name = 'task_run' ORDER BY type, name"
-        }
-        Dialect::Postgres => {
-            "SELECT column_name || ' ' || data_type || ' ' || is_nullable || ' ' \
-                    || COALESCE(column_default, '') || ' ' \
-                    || COALESCE(character_maximum_length::text, '') || ' ' \
-                    || COALESCE(datetime_precision::text, '') AS line \
-             FROM information_schema.columns WHERE table_name = 'task_run' \
-             UNION ALL SELECT indexdef FROM pg_indexes WHERE tablename = 'task_run' ORDER BY 1"
-        }
-        Dialect::MySql => "SHOW CREATE TABLE task_run",
-    };
-    let rows = db
-        .db
-        .query_all_raw(Statement::from_string(db.dialect.backend(), sql))
-        .await
-        .expect("schema query");
-    rows.iter()
-        .map(|row| match db.dialect {
-            Dialect::MySql => row
-                .try_get_by_index::<String>(1)
-                .expect("create table text"),
-            _ => row.try_get::<String>("", "line").expect("schema line"),
-        })
-        .collect()
+async fn schema(db: &TestDb) -> String {
+    common::schema::describe(&db.db, db.dialect).await
 }
 
 async fn has_table(db: &TestDb, table: &str) -> bool {
@@ -63,15 +34,28 @@ async fn has_table(db: &TestDb, table: &str) -> bool {
         .expect("has_table")
 }
 
+/// Pins the schema each migration step leaves, per dialect (`tests/snapshots/`), and that
+/// each step's `down` returns to the previous one. A released migration never changes:
+/// if this fails after an edit to one, undo the edit and write a new migration instead.
+async fn each_step_leaves_its_pinned_schema(db: &TestDb) {
+    let steps = task_dedup_migration::migrations().len();
+    let mut pinned = vec![schema(db).await];
+    for step in 1..=steps {
+        Migrator::up(&db.db, Some(1)).await.expect("one step up");
+        let now = schema(db).await;
+        insta::assert_snapshot!(format!("{}_step_{step}", db.dialect.name()), now);
+        pinned.push(now);
+    }
+    for step in (1..=steps).rev() {
+        Migrator::down(&db.db, Some(1)).await.expect("one step down");
+        assert_eq!(schema(db).await, pinned[step - 1], "down of step {step}");
+    }
+}
+
 async fn up_down_up_leaves_schema_identical(db: &TestDb) {
     Migrator::up(&db.db, None).await.expect("up");
     let first = schema(db).await;
-    assert!(
-        first
-            .iter()
-            .any(|line| line.contains("task_active_resource_uidx")),
-        "{first:#?}"
-    );
+    assert!(first.contains("task_active_resource_uidx"), "{first}");
 
     Migrator::down(&db.db, None).await.expect("down");
     assert!(!has_table(db, "task_run").await);

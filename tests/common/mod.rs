@@ -11,6 +11,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod rows;
+pub mod schema;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -62,6 +63,15 @@ impl Dialect {
             Dialect::Sqlite => None,
             Dialect::Postgres => Some("TASK_DEDUP_POSTGRES_URL"),
             Dialect::MySql => Some("TASK_DEDUP_MYSQL_URL"),
+        }
+    }
+
+    /// `sqlite`, `postgres` or `mysql`: the name tests use in file and snapshot names.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "sqlite",
+            Dialect::Postgres => "postgres",
+            Dialect::MySql => "mysql",
         }
     }
 

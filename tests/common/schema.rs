@@ -1,0 +1,60 @@
+//! The schema of `task_run` as the database itself describes it, one line per column,
+//! index and constraint, for snapshot tests that pin what each migration step leaves.
+
+use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
+use sea_orm_migration::SchemaManager;
+
+use super::Dialect;
+
+/// The catalog's description of `task_run` on `db`; empty when the table does not exist.
+///
+/// SQLite: the DDL text `sqlite_master` keeps. PostgreSQL: each column's type, length,
+/// precision, nullability and default, every index definition and every constraint.
+/// MySQL/MariaDB: `SHOW CREATE TABLE`.
+pub async fn describe(db: &DatabaseConnection, dialect: Dialect) -> String {
+    let has_table = SchemaManager::new(db)
+        .has_table("task_run")
+        .await
+        .expect("has_table");
+    if !has_table {
+        return String::new();
+    }
+    let sql = match dialect {
+        Dialect::Sqlite => {
+            "SELECT type || ' ' || name || ': ' || COALESCE(sql, '') AS line FROM sqlite_master \
+             WHERE tbl_name = 'task_run' ORDER BY type, name"
+        }
+        Dialect::Postgres => {
+            "SELECT 'column ' || lpad(ordinal_position::text, 2, '0') || ' ' || column_name \
+                    || ' ' || udt_name \
+                    || COALESCE('(' || character_maximum_length || ')', '') \
+                    || COALESCE(' precision ' || datetime_precision, '') \
+                    || CASE is_nullable WHEN 'YES' THEN ' null' ELSE ' not null' END \
+                    || COALESCE(' default ' || column_default, '') \
+                    || CASE is_generated WHEN 'ALWAYS' \
+                       THEN ' generated ' || generation_expression ELSE '' END AS line \
+             FROM information_schema.columns \
+             WHERE table_schema = current_schema() AND table_name = 'task_run' \
+             UNION ALL SELECT 'index ' || indexdef FROM pg_indexes \
+             WHERE schemaname = current_schema() AND tablename = 'task_run' \
+             UNION ALL SELECT 'constraint ' || conname || ' ' || pg_get_constraintdef(oid) \
+             FROM pg_constraint WHERE conrelid = 'task_run'::regclass \
+             ORDER BY 1"
+        }
+        Dialect::MySql => "SHOW CREATE TABLE task_run",
+    };
+    let rows = db
+        .query_all_raw(Statement::from_string(dialect.backend(), sql))
+        .await
+        .expect("schema query");
+    let lines: Vec<String> = rows
+        .iter()
+        .map(|row| match dialect {
+            Dialect::MySql => row
+                .try_get_by_index::<String>(1)
+                .expect("create table text"),
+            _ => row.try_get::<String>("", "line").expect("schema line"),
+        })
+        .collect();
+    lines.join("\n")
+}
