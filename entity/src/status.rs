@@ -116,7 +116,7 @@ mod tests {
         for status in TaskStatus::iter() {
             assert_eq!(status.as_str().parse::<TaskStatus>(), Ok(status));
             assert_eq!(status.to_value(), status.as_str());
-            assert!(status.as_str().len() <= 16);
+            assert!(status.as_str().len() <= crate::task_run::STATUS_MAX_CHARS);
         }
         assert!("QUEUED".parse::<TaskStatus>().is_err());
     }

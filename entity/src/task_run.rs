@@ -14,6 +14,12 @@ pub const TASK_TYPE_MAX_CHARS: usize = 64;
 pub const RESOURCE_KEY_MAX_CHARS: usize = 255;
 /// Maximum length of [`Model::lease_owner`] (a worker id), in characters.
 pub const LEASE_OWNER_MAX_CHARS: usize = 64;
+/// Maximum length of [`Model::status`], in characters (the longest status is 9).
+pub const STATUS_MAX_CHARS: usize = 16;
+/// Maximum length of [`Model::error`] (a failure message or cancellation reason), in
+/// characters: MySQL's `TEXT` holds 65,535 bytes, which is 16,383 characters of 4-byte
+/// UTF-8.
+pub const ERROR_MAX_CHARS: usize = 16_383;
 
 /// Name of the unique index that holds the dedup guarantee.
 pub const ACTIVE_RESOURCE_UIDX: &str = "task_active_resource_uidx";

@@ -1,15 +1,18 @@
 //! Migrations of [task-dedup](https://docs.rs/task-dedup): the `task_run` table and
 //! `task_active_resource_uidx`, the unique index that makes deduplication atomic.
 //!
-//! - [`Migrator`] runs them on their own (the `migrate` binary uses it).
-//! - [`migrations()`] returns them to splice into your application's own `Migrator`,
-//!   next to your migrations. Their names carry a `task_dedup` prefix, so they never
-//!   collide with yours in `seaql_migrations`.
-//!   Use one migrator per database: once your `Migrator` has recorded its migrations
-//!   in `seaql_migrations`, keep using it there. The standalone [`Migrator`] (and the
-//!   `migrate` binary) would find migrations it has no file for and refuse to run.
+//! - [`migrations()`] returns them to splice into your application's own migrator, next
+//!   to your migrations. They are recorded wherever your migrator records its own
+//!   (`seaql_migrations` by default). Their names carry a `task_dedup` prefix, so they
+//!   never collide with yours.
+//! - [`Migrator`] runs them on their own (the `task-dedup-migrate` binary uses it) and
+//!   records them in a ledger of its own, [`MIGRATION_TABLE`], so it never trips over an
+//!   application migrator's records in the same database, nor they over its.
 //! - [`ensure_schema`] brings a `task_run` table that predates these migrations up to
-//!   the guarantee; it is idempotent and safe at every start-up.
+//!   the guarantee, or refuses, before changing anything, what it cannot fix.
+//!
+//! Released migration files are frozen: each states its DDL as released, per dialect,
+//! and never changes. Schema changes come as new files.
 //!
 //! How each dialect enforces "at most one active task per key":
 //! PostgreSQL and SQLite use a partial unique index
@@ -18,6 +21,15 @@
 //! while the row is active and NULL otherwise, and the unique index covers the key plus
 //! that column (a unique index admits any number of NULLs). Key columns are `VARBINARY`
 //! there so that keys compare byte for byte, as on the other two dialects.
+//!
+//! # Features
+//! - `sqlite`, `postgres`, `mysql` (all default): the dialects, forwarded to
+//!   sea-orm-migration's `sqlx-*` features. A dialect built without its feature is a
+//!   `DbErr::BackendNotSupported` at run time.
+//! - `cli` (default): the `task-dedup-migrate` binary, with the tokio runtime and rustls
+//!   it needs as a program. Library users who only splice [`migrations()`] turn default
+//!   features off:
+//!   `task-dedup-migration = { version = "0.1", default-features = false, features = ["postgres"] }`.
 //!
 //! ```
 //! use sea_orm_migration::prelude::*;
@@ -34,19 +46,21 @@
 //!     }
 //! }
 //! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use sea_orm_migration::prelude::*;
 
 mod compat;
-mod ddl;
-mod duplicates;
 mod m20261130_000001_task_dedup_create_task_run;
 mod m20261130_000002_task_dedup_active_resource_uidx;
+mod sql;
 
-pub use compat::{CompatReport, ensure_schema};
-pub use ddl::{ACTIVE_MARKER, ACTIVE_RESOURCE_UIDX, CLAIM_IDX, LOOKUP_IDX};
+pub use compat::{ColumnProblem, CompatReport, SchemaError, ensure_schema};
 
-/// task-dedup's migrations, in order, to splice into an application's own `Migrator`.
+/// The ledger table of the standalone [`Migrator`].
+pub const MIGRATION_TABLE: &str = "task_dedup_migrations";
+
+/// task-dedup's migrations, in order, to splice into an application's own migrator.
 pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
     vec![
         Box::new(m20261130_000001_task_dedup_create_task_run::Migration),
@@ -54,12 +68,17 @@ pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
     ]
 }
 
-/// The standalone migrator: task-dedup's migrations and nothing else.
+/// The standalone migrator: task-dedup's migrations and nothing else, recorded in
+/// [`MIGRATION_TABLE`] rather than in `seaql_migrations`.
 pub struct Migrator;
 
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
         migrations()
+    }
+
+    fn migration_table_name() -> DynIden {
+        MIGRATION_TABLE.into_iden()
     }
 }
