@@ -384,7 +384,10 @@ async fn cancel_answers_404_409_and_releases_the_key(db: &TestDb) {
     );
     for (reason, case) in [
         ("a\0b".to_owned(), "NUL"),
-        ("r".repeat(task_dedup::MAX_ERROR_CHARS + 1), "too long"),
+        (
+            "r".repeat(task_dedup::task_run::ERROR_MAX_CHARS + 1),
+            "too long",
+        ),
     ] {
         assert_error(
             send(server.cancel(&first_id).json(&json!({ "reason": reason }))).await,

@@ -394,7 +394,7 @@ async fn invalid_arguments_are_rejected_before_sql(db: &TestDb) {
         "older_than",
     );
     invalid(db.db.cancel(task.id, "no\0").await.map(|_| ()), "reason");
-    let too_long = "x".repeat(task_dedup::MAX_ERROR_CHARS + 1);
+    let too_long = "x".repeat(task_dedup::task_run::ERROR_MAX_CHARS + 1);
     invalid(db.db.cancel(task.id, &too_long).await.map(|_| ()), "reason");
     let nul_result = Some(serde_json::json!({"k\0": 1}));
     invalid(
@@ -417,7 +417,7 @@ async fn longest_error_text_fits_every_dialect(db: &TestDb) {
     let task = enqueue(db, key("doc")).await;
     claim(db, "w").await;
     // 4-byte characters up to the limit: MySQL's TEXT (65,535 bytes) still holds them.
-    let longest = "🦀".repeat(task_dedup::MAX_ERROR_CHARS);
+    let longest = "🦀".repeat(task_dedup::task_run::ERROR_MAX_CHARS);
     let failed = db.db.fail(task.id, "w", &longest).await.expect("fail");
     assert_eq!(failed.error.as_deref(), Some(longest.as_str()));
     assert_eq!(load(db, task.id).await, failed);

@@ -2,7 +2,6 @@
 
 use std::time::Duration;
 
-use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
 use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbErr};
 
 /// Pool size used when the options do not set one. SeaORM's own default for SQLite is a
@@ -63,7 +62,9 @@ pub async fn connect_with(mut options: ConnectOptions) -> Result<DatabaseConnect
             if options.get_max_connections().is_none() {
                 options.max_connections(DEFAULT_MAX_CONNECTIONS);
             }
+            #[cfg(feature = "sqlite")]
             options.map_sqlx_sqlite_opts(|opts| {
+                use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
                 opts.journal_mode(SqliteJournalMode::Wal)
                     .busy_timeout(SQLITE_BUSY_TIMEOUT)
                     .synchronous(SqliteSynchronous::Normal)

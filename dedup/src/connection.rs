@@ -1,12 +1,10 @@
 //! [`DedupConnection`]: what the library runs on, and whether it is a transaction.
 
-use std::sync::Arc;
-
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 use sea_orm::sqlx;
 use sea_orm::{
-    ConnAcquireErr, ConnectionTrait, DatabaseConnection, DatabaseConnectionType, DatabaseExecutor,
-    DatabaseTransaction, DbBackend, DbErr, FromQueryResult, QueryResult, RuntimeErr, Statement,
-    TransactionTrait, Value,
+    ConnectionTrait, DatabaseConnection, DatabaseExecutor, DatabaseTransaction, DbBackend, DbErr,
+    FromQueryResult, Statement, TransactionTrait, Value,
 };
 
 use crate::key::TaskKey;
@@ -75,15 +73,18 @@ impl DedupConnection for DatabaseExecutor<'_> {
 macro_rules! on_sqlx_pool {
     ($db:expr, $pool:ident => $sqlx:expr, else => $seaorm:expr) => {
         match $db.pool().map(|pool| (pool, &pool.inner)) {
-            Some((pool, DatabaseConnectionType::SqlxPostgresPoolConnection(_))) => {
+            #[cfg(feature = "postgres")]
+            Some((pool, sea_orm::DatabaseConnectionType::SqlxPostgresPoolConnection(_))) => {
                 let $pool = pool.get_postgres_connection_pool();
                 $sqlx
             }
-            Some((pool, DatabaseConnectionType::SqlxMySqlPoolConnection(_))) => {
+            #[cfg(feature = "mysql")]
+            Some((pool, sea_orm::DatabaseConnectionType::SqlxMySqlPoolConnection(_))) => {
                 let $pool = pool.get_mysql_connection_pool();
                 $sqlx
             }
-            Some((pool, DatabaseConnectionType::SqlxSqlitePoolConnection(_))) => {
+            #[cfg(feature = "sqlite")]
+            Some((pool, sea_orm::DatabaseConnectionType::SqlxSqlitePoolConnection(_))) => {
                 let $pool = pool.get_sqlite_connection_pool();
                 $sqlx
             }
@@ -108,8 +109,9 @@ pub(crate) async fn insert_task<C: DedupConnection + ?Sized>(
     row: &task_run::Model,
 ) -> Result<u64, DbErr> {
     on_sqlx_pool!(db, pool => {
+        let mut conn = pool.acquire().await.map_err(acquire_err)?;
         bind_task(sqlx::query(sql), row)
-            .execute(pool)
+            .execute(&mut *conn)
             .await
             .map(|result| result.rows_affected())
             .map_err(exec_err)
@@ -128,14 +130,15 @@ pub(crate) async fn select_task<C: DedupConnection + ?Sized>(
     key: &TaskKey,
 ) -> Result<Option<task_run::Model>, DbErr> {
     let row = on_sqlx_pool!(db, pool => {
+        let mut conn = pool.acquire().await.map_err(acquire_err)?;
         sqlx::query(sql)
             .bind(key.user_id())
             .bind(key.task_type())
             .bind(key.resource_key())
-            .fetch_optional(pool)
+            .fetch_optional(&mut *conn)
             .await
-            .map(|row| row.map(QueryResult::from))
-            .map_err(exec_err)
+            .map(|row| row.map(sea_orm::QueryResult::from))
+            .map_err(query_err)
     }, else => {
         let values = [
             key.user_id().into(),
@@ -154,6 +157,7 @@ pub(crate) async fn select_task<C: DedupConnection + ?Sized>(
 pub(crate) const INSERT_COLUMNS: &str =
     "id, user_id, task_type, resource_key, status, payload, attempts, created_at, updated_at";
 
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 /// Binds a new task's values for sqlx, in the order of [`INSERT_COLUMNS`]. Each value
 /// is bound as SeaORM binds the same value (sea-query-sqlx), so both paths store the
 /// same bytes.
@@ -196,12 +200,26 @@ fn insert_values(row: &task_run::Model) -> Vec<Value> {
     ]
 }
 
-/// Classifies a sqlx error as SeaORM does, so that callers see the same `DbErr` on
-/// both paths.
-fn exec_err(err: sqlx::Error) -> DbErr {
+/// The `DbErr` SeaORM gives when it cannot get a connection from the pool, so that
+/// callers see the same error on both paths (sea-orm's `sqlx_conn_acquire_err`).
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+fn acquire_err(err: sqlx::Error) -> DbErr {
+    use sea_orm::{ConnAcquireErr, RuntimeErr};
     match err {
         sqlx::Error::PoolTimedOut => DbErr::ConnectionAcquire(ConnAcquireErr::Timeout),
         sqlx::Error::PoolClosed => DbErr::ConnectionAcquire(ConnAcquireErr::ConnectionClosed),
-        err => DbErr::Exec(RuntimeErr::SqlxError(Arc::new(err))),
+        err => DbErr::Conn(RuntimeErr::SqlxError(err.into())),
     }
+}
+
+/// The `DbErr` SeaORM gives when a statement run with `execute` fails.
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+fn exec_err(err: sqlx::Error) -> DbErr {
+    DbErr::Exec(sea_orm::RuntimeErr::SqlxError(err.into()))
+}
+
+/// The `DbErr` SeaORM gives when a query (a statement that returns rows) fails.
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+fn query_err(err: sqlx::Error) -> DbErr {
+    DbErr::Query(sea_orm::RuntimeErr::SqlxError(err.into()))
 }

@@ -8,10 +8,12 @@ use uuid::Uuid;
 
 use crate::TaskStatus;
 use crate::connection::DedupConnection;
+use crate::dialect::is_transaction_conflict;
 use crate::dialect::{Dialect, Lookup};
-use crate::error::{DedupError, check_json_argument, is_transaction_conflict};
+use crate::error::DedupError;
 use crate::key::{NewTask, TaskKey};
 use crate::task_run;
+use crate::validate;
 
 /// How many inserts `find_or_enqueue` tries before giving up with
 /// [`DedupError::Contention`]. A retry happens only when the conflicting task finished
@@ -109,7 +111,7 @@ pub trait TaskDedup {
 impl<C: DedupConnection> TaskDedup for C {
     async fn find_or_enqueue(&self, task: NewTask) -> Result<Enqueued, DedupError> {
         let NewTask { key, payload } = task;
-        check_json_argument("payload", payload.as_ref())?;
+        validate::json("payload", payload.as_ref())?;
         let dialect = Dialect::of(self)?;
         let now = task_run::now();
         let mut row = task_run::Model {

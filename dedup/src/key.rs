@@ -2,8 +2,9 @@
 
 use std::fmt;
 
-use crate::error::{DedupError, KeyField, check_text};
+use crate::error::{DedupError, KeyField};
 use crate::task_run::{RESOURCE_KEY_MAX_CHARS, TASK_TYPE_MAX_CHARS, USER_ID_MAX_CHARS};
+use crate::validate;
 
 /// The dedup key: at most one task per key is active at a time.
 ///
@@ -53,7 +54,7 @@ impl TaskKey {
                 RESOURCE_KEY_MAX_CHARS,
             ),
         ] {
-            check_text(value, max_chars)
+            validate::text(value, max_chars)
                 .map_err(|reason| DedupError::InvalidKey { field, reason })?;
         }
         Ok(key)

@@ -26,14 +26,15 @@ mod dialect;
 mod enqueue;
 mod error;
 mod key;
+mod validate;
 mod worker;
 
 pub use connect::{DEFAULT_MAX_CONNECTIONS, SQLITE_BUSY_TIMEOUT, connect, connect_with};
 pub use connection::DedupConnection;
+pub use dialect::is_transaction_conflict;
 pub use enqueue::{Enqueued, MAX_ENQUEUE_ATTEMPTS, TaskDedup};
-pub use error::{
-    DedupError, InvalidReason, KeyField, MAX_ERROR_CHARS, Transition, is_transaction_conflict,
-};
+pub use error::{DedupError, InvalidReason, KeyField, Transition};
 pub use key::{NewTask, TaskKey};
 pub use task_dedup_entity::{TaskStatus, active_status_sql, task_run};
-pub use worker::{MAX_LEASE, ReapReport, TaskWorker};
+pub use validate::MAX_LEASE;
+pub use worker::{ReapReport, TaskWorker};

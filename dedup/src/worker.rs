@@ -15,14 +15,9 @@ use uuid::Uuid;
 use crate::TaskStatus;
 use crate::connection::DedupConnection;
 use crate::dialect::Dialect;
-use crate::error::{
-    DedupError, InvalidReason, MAX_ERROR_CHARS, Transition, check_free_text, check_json_argument,
-    check_text,
-};
-use crate::task_run::{self, Column, LEASE_OWNER_MAX_CHARS, TASK_TYPE_MAX_CHARS};
-
-/// The longest lease accepted: leases are meant to be renewed by heartbeats.
-pub const MAX_LEASE: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+use crate::error::{DedupError, InvalidReason, Transition};
+use crate::task_run::{self, Column};
+use crate::validate;
 
 /// What [`TaskWorker::reap_expired`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -47,7 +42,7 @@ pub trait TaskWorker {
     ///
     /// # Errors
     /// [`DedupError::InvalidArgument`] for an empty or over-long worker id or task type,
-    /// or a lease of zero or over [`MAX_LEASE`]; [`DedupError::Database`].
+    /// or a lease of zero or over [`MAX_LEASE`](crate::MAX_LEASE); [`DedupError::Database`].
     async fn claim(
         &self,
         worker_id: &str,
@@ -84,7 +79,7 @@ pub trait TaskWorker {
     ///
     /// # Errors
     /// As [`heartbeat`](Self::heartbeat); [`DedupError::InvalidArgument`] when `error`
-    /// has a NUL byte or more than [`MAX_ERROR_CHARS`](crate::MAX_ERROR_CHARS)
+    /// has a NUL byte or more than [`ERROR_MAX_CHARS`](crate::task_run::ERROR_MAX_CHARS)
     /// characters.
     async fn fail(
         &self,
@@ -135,16 +130,9 @@ impl<C: DedupConnection> TaskWorker for C {
         task_types: &[&str],
         lease: Duration,
     ) -> Result<Option<task_run::Model>, DedupError> {
-        check_worker_id(worker_id)?;
-        for task_type in task_types {
-            check_text(task_type, TASK_TYPE_MAX_CHARS).map_err(|reason| {
-                DedupError::InvalidArgument {
-                    name: "task_types",
-                    reason,
-                }
-            })?;
-        }
-        let lease_micros = lease_micros(lease)?;
+        validate::worker_id(worker_id)?;
+        validate::task_types(task_types)?;
+        let lease_micros = validate::lease_micros(lease)?;
         let dialect = Dialect::of(self)?;
         let claimed = dialect
             .claim(self, worker_id, task_types, lease_micros)
@@ -161,8 +149,8 @@ impl<C: DedupConnection> TaskWorker for C {
         worker_id: &str,
         lease: Duration,
     ) -> Result<task_run::Model, DedupError> {
-        check_worker_id(worker_id)?;
-        let lease_micros = lease_micros(lease)?;
+        validate::worker_id(worker_id)?;
+        let lease_micros = validate::lease_micros(lease)?;
         let dialect = Dialect::of(self)?;
         let update = Query::update()
             .table(task_run::Entity)
@@ -186,8 +174,8 @@ impl<C: DedupConnection> TaskWorker for C {
         worker_id: &str,
         result: Option<serde_json::Value>,
     ) -> Result<task_run::Model, DedupError> {
-        check_worker_id(worker_id)?;
-        check_json_argument("result", result.as_ref())?;
+        validate::worker_id(worker_id)?;
+        validate::json("result", result.as_ref())?;
         let dialect = Dialect::of(self)?;
         let update = finish(dialect, TaskStatus::Succeeded)
             .value(Column::Result, result)
@@ -209,8 +197,8 @@ impl<C: DedupConnection> TaskWorker for C {
         worker_id: &str,
         error: &str,
     ) -> Result<task_run::Model, DedupError> {
-        check_worker_id(worker_id)?;
-        check_error_text("error", error)?;
+        validate::worker_id(worker_id)?;
+        validate::error_text("error", error)?;
         let dialect = Dialect::of(self)?;
         let update = finish(dialect, TaskStatus::Failed)
             .value(Column::Error, error)
@@ -227,7 +215,7 @@ impl<C: DedupConnection> TaskWorker for C {
     }
 
     async fn cancel(&self, id: Uuid, reason: &str) -> Result<task_run::Model, DedupError> {
-        check_error_text("reason", reason)?;
+        validate::error_text("reason", reason)?;
         let dialect = Dialect::of(self)?;
         let update = finish(dialect, TaskStatus::Cancelled)
             .value(Column::Error, reason)
@@ -283,11 +271,7 @@ impl<C: DedupConnection> TaskWorker for C {
     }
 
     async fn prune_finished(&self, older_than: Duration) -> Result<u64, DedupError> {
-        let micros =
-            i64::try_from(older_than.as_micros()).map_err(|_| DedupError::InvalidArgument {
-                name: "older_than",
-                reason: InvalidReason::OutOfRange("fits in i64 microseconds"),
-            })?;
+        let micros = validate::micros("older_than", older_than)?;
         let dialect = Dialect::of(self)?;
         let delete = Query::delete()
             .from_table(task_run::Entity)
@@ -352,27 +336,4 @@ async fn transition<C: DedupConnection>(
             },
         },
     })
-}
-
-fn check_error_text(name: &'static str, text: &str) -> Result<(), DedupError> {
-    check_free_text(text, MAX_ERROR_CHARS)
-        .map_err(|reason| DedupError::InvalidArgument { name, reason })
-}
-
-fn check_worker_id(worker_id: &str) -> Result<(), DedupError> {
-    check_text(worker_id, LEASE_OWNER_MAX_CHARS).map_err(|reason| DedupError::InvalidArgument {
-        name: "worker_id",
-        reason,
-    })
-}
-
-fn lease_micros(lease: Duration) -> Result<i64, DedupError> {
-    if lease.is_zero() || lease > MAX_LEASE {
-        return Err(DedupError::InvalidArgument {
-            name: "lease",
-            reason: InvalidReason::OutOfRange("more than zero and at most 7 days"),
-        });
-    }
-    // MAX_LEASE in microseconds fits easily.
-    Ok(i64::try_from(lease.as_micros()).unwrap_or(i64::MAX))
 }

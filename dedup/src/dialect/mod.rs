@@ -16,15 +16,22 @@ use crate::connection::{self, DedupConnection};
 use crate::key::TaskKey;
 use crate::task_run::{self, Column};
 
+#[cfg(feature = "mysql")]
 mod mysql;
+#[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(feature = "sqlite")]
 mod sqlite;
 
-/// One of the three supported dialects, read from the connection at run time.
+/// One of the supported dialects this crate was built with (features `postgres`,
+/// `sqlite`, `mysql`), read from the connection at run time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Dialect {
+    #[cfg(feature = "postgres")]
     Postgres,
+    #[cfg(feature = "sqlite")]
     Sqlite,
+    #[cfg(feature = "mysql")]
     MySql,
 }
 
@@ -39,22 +46,34 @@ pub(crate) enum Lookup {
 }
 
 impl Dialect {
+    /// The connection's dialect, or [`DbErr::BackendNotSupported`] when task-dedup was
+    /// built without its feature.
     pub(crate) fn of<C: ConnectionTrait + ?Sized>(db: &C) -> Result<Dialect, DbErr> {
-        match db.get_database_backend() {
+        Dialect::from_backend(db.get_database_backend())
+    }
+
+    fn from_backend(backend: DbBackend) -> Result<Dialect, DbErr> {
+        match backend {
+            #[cfg(feature = "postgres")]
             DbBackend::Postgres => Ok(Dialect::Postgres),
+            #[cfg(feature = "sqlite")]
             DbBackend::Sqlite => Ok(Dialect::Sqlite),
+            #[cfg(feature = "mysql")]
             DbBackend::MySql => Ok(Dialect::MySql),
             other => Err(DbErr::BackendNotSupported {
                 db: other.as_str(),
-                ctx: "task-dedup",
+                ctx: "task-dedup (build it with this database's feature: sqlite, postgres or mysql)",
             }),
         }
     }
 
     fn backend(self) -> DbBackend {
         match self {
+            #[cfg(feature = "postgres")]
             Dialect::Postgres => DbBackend::Postgres,
+            #[cfg(feature = "sqlite")]
             Dialect::Sqlite => DbBackend::Sqlite,
+            #[cfg(feature = "mysql")]
             Dialect::MySql => DbBackend::MySql,
         }
     }
@@ -62,14 +81,21 @@ impl Dialect {
     /// Whether `UPDATE ... RETURNING` exists. MySQL has none (and MariaDB's is not in
     /// MySQL 8), so there a transition is an UPDATE and a read in one short transaction.
     fn supports_returning(self) -> bool {
-        !matches!(self, Dialect::MySql)
+        match self {
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => false,
+            #[allow(unreachable_patterns)]
+            _ => true,
+        }
     }
 
     /// The `n`-th (1-based) bind parameter.
     pub(crate) fn param(self, n: usize) -> String {
         match self {
+            #[cfg(feature = "postgres")]
             Dialect::Postgres => format!("${n}"),
-            Dialect::Sqlite | Dialect::MySql => "?".to_owned(),
+            #[allow(unreachable_patterns)]
+            _ => "?".to_owned(),
         }
     }
 
@@ -81,8 +107,11 @@ impl Dialect {
         row: &task_run::Model,
     ) -> Result<bool, DbErr> {
         match self {
+            #[cfg(feature = "postgres")]
             Dialect::Postgres => postgres::insert_if_absent(db, row).await,
+            #[cfg(feature = "sqlite")]
             Dialect::Sqlite => sqlite::insert_if_absent(db, row).await,
+            #[cfg(feature = "mysql")]
             Dialect::MySql => mysql::insert_if_absent(db, row).await,
         }
     }
@@ -95,8 +124,11 @@ impl Dialect {
         lookup: Lookup,
     ) -> Result<Option<task_run::Model>, DbErr> {
         let sql = match self {
+            #[cfg(feature = "postgres")]
             Dialect::Postgres => postgres::find_active_sql(lookup),
+            #[cfg(feature = "sqlite")]
             Dialect::Sqlite => sqlite::find_active_sql(lookup),
+            #[cfg(feature = "mysql")]
             Dialect::MySql => mysql::find_active_sql(lookup),
         };
         connection::select_task(db, self.backend(), sql, key).await
@@ -112,8 +144,11 @@ impl Dialect {
         lease_micros: i64,
     ) -> Result<Option<task_run::Model>, DbErr> {
         match self {
+            #[cfg(feature = "postgres")]
             Dialect::Postgres => postgres::claim(db, worker_id, task_types, lease_micros).await,
+            #[cfg(feature = "sqlite")]
             Dialect::Sqlite => sqlite::claim(db, worker_id, task_types, lease_micros).await,
+            #[cfg(feature = "mysql")]
             Dialect::MySql => mysql::claim(db, worker_id, task_types, lease_micros).await,
         }
     }
@@ -126,8 +161,11 @@ impl Dialect {
 
     fn now_sql(self) -> &'static str {
         match self {
+            #[cfg(feature = "postgres")]
             Dialect::Postgres => postgres::NOW,
+            #[cfg(feature = "sqlite")]
             Dialect::Sqlite => sqlite::NOW,
+            #[cfg(feature = "mysql")]
             Dialect::MySql => mysql::NOW,
         }
     }
@@ -135,8 +173,11 @@ impl Dialect {
     /// The database clock plus `micros` (which may be negative).
     pub(crate) fn now_plus(self, micros: i64) -> Expr {
         match self {
+            #[cfg(feature = "postgres")]
             Dialect::Postgres => postgres::now_plus(micros),
+            #[cfg(feature = "sqlite")]
             Dialect::Sqlite => sqlite::now_plus(micros),
+            #[cfg(feature = "mysql")]
             Dialect::MySql => mysql::now_plus(micros),
         }
     }
@@ -171,6 +212,43 @@ impl Dialect {
         };
         txn.commit().await?;
         row.map(|row| model(&row)).transpose()
+    }
+}
+
+/// Whether the database aborted a statement to resolve a deadlock or a serialization
+/// conflict: PostgreSQL SQLSTATE 40001 (serialization failure) or 40P01 (deadlock),
+/// MySQL/MariaDB error 1213 (deadlock; SQLSTATE 40001). SQLite has neither: one writer
+/// at a time.
+///
+/// Inside a transaction the whole transaction is gone (InnoDB rolls it back, PostgreSQL
+/// refuses every further statement): roll it back and run it again from the start. Use
+/// this on your own statements that share a transaction with `find_or_enqueue`; for
+/// task-dedup's own errors see [`DedupError::is_retryable`](crate::DedupError::is_retryable).
+pub fn is_transaction_conflict(err: &DbErr) -> bool {
+    #[cfg(feature = "postgres")]
+    if postgres::is_transaction_conflict(err) {
+        return true;
+    }
+    #[cfg(feature = "mysql")]
+    if mysql::is_transaction_conflict(err) {
+        return true;
+    }
+    let _ = err;
+    false
+}
+
+/// The database's own error behind `err`, when it is one of driver type `E`.
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+fn database_error<E: sea_orm::sqlx::error::DatabaseError>(err: &DbErr) -> Option<&E> {
+    use sea_orm::RuntimeErr;
+    match err {
+        DbErr::Exec(RuntimeErr::SqlxError(e))
+        | DbErr::Query(RuntimeErr::SqlxError(e))
+        | DbErr::Conn(RuntimeErr::SqlxError(e)) => match e.as_ref() {
+            sea_orm::sqlx::Error::Database(db_err) => db_err.try_downcast_ref::<E>(),
+            _ => None,
+        },
+        _ => None,
     }
 }
 

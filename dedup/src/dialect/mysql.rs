@@ -4,14 +4,15 @@
 use std::sync::LazyLock;
 
 use sea_orm::sea_query::Expr;
+use sea_orm::sqlx::mysql::MySqlDatabaseError;
 use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, TransactionSession, TransactionTrait};
+use task_dedup_entity::task_run::ACTIVE_RESOURCE_UIDX;
 
 use super::{
     COLUMNS, Dialect, Lookup, claim_set_sql, find_active_sql as select_active, insert_sql, model,
     next_queued_sql,
 };
 use crate::connection::{self, DedupConnection};
-use crate::error::is_active_index_violation;
 use crate::task_run;
 
 static INSERT: LazyLock<String> = LazyLock::new(|| insert_sql(Dialect::MySql, ""));
@@ -100,6 +101,26 @@ pub(super) async fn claim<C: ConnectionTrait + TransactionTrait + ?Sized>(
         .await?;
     txn.commit().await?;
     claimed.map(|row| model(&row)).transpose()
+}
+
+/// A duplicate key in a unique index (or the primary key).
+const ER_DUP_ENTRY: u16 = 1062;
+/// InnoDB broke a deadlock by rolling back this statement's transaction.
+const ER_LOCK_DEADLOCK: u16 = 1213;
+
+/// Error 1062 on `task_active_resource_uidx`. The driver gives no index name but in the
+/// message (`Duplicate entry '...' for key 'task_active_resource_uidx'`, MySQL 8 prefixes
+/// the table), so this reads the message: the one place that does.
+fn is_active_index_violation(err: &DbErr) -> bool {
+    super::database_error::<MySqlDatabaseError>(err).is_some_and(|e| {
+        e.number() == ER_DUP_ENTRY
+            && (e.message().ends_with(&format!("'{ACTIVE_RESOURCE_UIDX}'"))
+                || e.message().ends_with(&format!(".{ACTIVE_RESOURCE_UIDX}'")))
+    })
+}
+
+pub(super) fn is_transaction_conflict(err: &DbErr) -> bool {
+    super::database_error::<MySqlDatabaseError>(err).is_some_and(|e| e.number() == ER_LOCK_DEADLOCK)
 }
 
 /// UTC whatever the session time zone; `datetime(6)` columns hold UTC.

@@ -4,6 +4,7 @@
 use std::sync::LazyLock;
 
 use sea_orm::sea_query::Expr;
+use sea_orm::sqlx::postgres::PgDatabaseError;
 use sea_orm::{ConnectionTrait, DbErr};
 use task_dedup_entity::active_status_sql;
 
@@ -62,6 +63,16 @@ pub(super) async fn claim<C: ConnectionTrait + ?Sized>(
         " FOR UPDATE SKIP LOCKED",
     )
     .await
+}
+
+/// SQLSTATE of a serialization failure (REPEATABLE READ / SERIALIZABLE).
+const SERIALIZATION_FAILURE: &str = "40001";
+/// SQLSTATE of a deadlock the server broke by aborting this statement.
+const DEADLOCK_DETECTED: &str = "40P01";
+
+pub(super) fn is_transaction_conflict(err: &DbErr) -> bool {
+    super::database_error::<PgDatabaseError>(err)
+        .is_some_and(|e| matches!(e.code(), SERIALIZATION_FAILURE | DEADLOCK_DETECTED))
 }
 
 /// `now()` would be the start of the caller's transaction, possibly long ago.
