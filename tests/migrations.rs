@@ -4,9 +4,10 @@ mod common;
 
 use common::rows::{self, at, is_unique_violation};
 use common::{Dialect, TestDb};
+use sea_orm::ConnectionTrait;
 use sea_orm_migration::prelude::*;
 use task_dedup::TaskStatus::{Cancelled, Failed, Queued, Running, Succeeded};
-use task_dedup_migration::{Migrator, ensure_schema};
+use task_dedup_migration::{MIGRATION_TABLE, Migrator, SchemaError, ensure_schema};
 
 matrix!(
     each_step_leaves_its_pinned_schema,
@@ -18,7 +19,9 @@ matrix!(
     migration_cancels_duplicate_active_rows,
     ensure_schema_upgrades_a_legacy_table,
     ensure_schema_after_migrations_changes_nothing,
+    ensure_schema_refuses_what_it_cannot_fix_before_changing_anything,
     migrations_splice_into_an_application_migrator,
+    standalone_and_application_migrators_keep_their_own_ledgers,
 );
 
 /// What the schema of `task_run` looks like, as the database describes it.
@@ -337,6 +340,156 @@ async fn ensure_schema_upgrades_a_legacy_table(db: &TestDb) {
     assert_eq!(schema(db).await, before);
 }
 
+/// A legacy `task_run` with one column's type replaced (`override_`) and `extra` column
+/// definitions appended.
+fn legacy_ddl(dialect: Dialect, override_: Option<(&str, &str)>, extra: &str) -> String {
+    let (uuid, json, time) = match dialect {
+        Dialect::Sqlite => ("uuid_text", "json_text", "timestamp_with_timezone_text"),
+        Dialect::Postgres => ("uuid", "jsonb", "timestamptz"),
+        Dialect::MySql => ("binary(16)", "json", "datetime(6)"),
+    };
+    let columns = [
+        ("id", format!("{uuid} NOT NULL PRIMARY KEY")),
+        ("user_id", "varchar(64) NOT NULL".to_owned()),
+        ("task_type", "varchar(64) NOT NULL".to_owned()),
+        ("resource_key", "varchar(255) NOT NULL".to_owned()),
+        ("status", "varchar(16) NOT NULL".to_owned()),
+        ("payload", json.to_owned()),
+        ("error", "text".to_owned()),
+        ("attempts", "integer NOT NULL DEFAULT 0".to_owned()),
+        ("created_at", format!("{time} NOT NULL")),
+        ("updated_at", format!("{time} NOT NULL")),
+    ];
+    let mut parts: Vec<String> = columns
+        .iter()
+        .map(|(name, def)| match override_ {
+            Some((column, replacement)) if column == *name => format!("{name} {replacement}"),
+            _ => format!("{name} {def}"),
+        })
+        .collect();
+    if !extra.is_empty() {
+        parts.push(extra.to_owned());
+    }
+    format!("CREATE TABLE task_run ({})", parts.join(", "))
+}
+
+async fn ensure_schema_refuses_what_it_cannot_fix_before_changing_anything(db: &TestDb) {
+    use Dialect::{MySql, Postgres, Sqlite};
+    /// Dialects, the column the error must name, a column override, an extra column.
+    type Case<'a> = (&'a [Dialect], &'a str, Option<(&'a str, &'a str)>, &'a str);
+    let cases: [Case; 9] = [
+        (
+            &[Sqlite, Postgres, MySql],
+            "tenant_id",
+            None,
+            "tenant_id varchar(64) NOT NULL",
+        ),
+        (
+            &[Sqlite, Postgres, MySql],
+            "payload",
+            Some(("payload", "varchar(255) NOT NULL")),
+            "",
+        ),
+        (
+            &[Postgres, MySql],
+            "user_id",
+            Some(("user_id", "varchar(32) NOT NULL")),
+            "",
+        ),
+        (
+            &[Postgres],
+            "id",
+            Some(("id", "bigserial NOT NULL PRIMARY KEY")),
+            "",
+        ),
+        (
+            &[Postgres],
+            "created_at",
+            Some(("created_at", "timestamp NOT NULL")),
+            "",
+        ),
+        (
+            &[MySql],
+            "created_at",
+            Some(("created_at", "datetime NOT NULL")),
+            "",
+        ),
+        (
+            &[MySql],
+            "id",
+            Some(("id", "char(36) NOT NULL PRIMARY KEY")),
+            "",
+        ),
+        (&[Sqlite], "id", Some(("id", "INTEGER PRIMARY KEY")), ""),
+        (
+            &[Postgres],
+            "attempts",
+            Some(("attempts", "bigint NOT NULL DEFAULT 0")),
+            "",
+        ),
+    ];
+    for (dialects, column, override_, extra) in cases {
+        if !dialects.contains(&db.dialect) {
+            continue;
+        }
+        db.exec(&legacy_ddl(db.dialect, override_, extra)).await;
+        assert_refused(db, column).await;
+        db.exec("DROP TABLE task_run").await;
+    }
+
+    // SQLite: ids another ORM wrote as 36-character text.
+    if db.dialect == Sqlite {
+        db.exec(&legacy_ddl(db.dialect, None, "")).await;
+        db.exec(
+            "INSERT INTO task_run (id, user_id, task_type, resource_key, status, \
+             created_at, updated_at) VALUES ('0193a4f2-7c1e-7a2b-9c3d-4e5f6a7b8c9d', 'u', 't', \
+             'r', 'queued', '2026-11-30T00:00:00+00:00', '2026-11-30T00:00:00+00:00')",
+        )
+        .await;
+        let problems = assert_refused(db, "id").await;
+        assert!(
+            problems.contains("0193a4f2-7c1e-7a2b-9c3d-4e5f6a7b8c9d"),
+            "{problems}"
+        );
+    }
+}
+
+/// `ensure_schema` fails naming `column`, and the table is exactly as before. Returns
+/// the error message.
+async fn assert_refused(db: &TestDb, column: &str) -> String {
+    let before = schema(db).await;
+    let rows_before = row_count(db).await;
+    let err = ensure_schema(&db.db).await.expect_err("must refuse");
+    let SchemaError::Incompatible { problems } = &err else {
+        panic!("expected Incompatible, got {err:?}");
+    };
+    assert!(
+        problems.iter().any(|p| p.column == column),
+        "{column} not named: {err}"
+    );
+    let message = err.to_string();
+    assert!(
+        message.contains(column) && message.contains("nothing was changed"),
+        "{message}"
+    );
+    assert_eq!(schema(db).await, before, "nothing was altered");
+    let rows_after = row_count(db).await;
+    assert_eq!(rows_after, rows_before);
+    message
+}
+
+async fn row_count(db: &TestDb) -> i64 {
+    // A count, not `SELECT *`: PostgreSQL's cached plan of the latter breaks when the
+    // test recreates the table with other columns.
+    let row = db
+        .db
+        .query_one_raw(db.stmt("SELECT COUNT(*) AS n FROM task_run", vec![]))
+        .await
+        .expect("count")
+        .expect("a row");
+    row.try_get::<i64>("", "n").expect("n")
+}
+
 async fn ensure_schema_after_migrations_changes_nothing(db: &TestDb) {
     db.migrate().await;
     let report = ensure_schema(&db.db).await.expect("compat patch");
@@ -418,4 +571,55 @@ async fn migrations_splice_into_an_application_migrator(db: &TestDb) {
         .await
         .expect("everything rolls back");
     assert!(!has_table(db, "task_run").await && !has_table(db, "app_widget").await);
+}
+
+/// The spliced migrations record into the application's ledger, the standalone migrator
+/// into its own: each runs after the other without tripping over its records.
+async fn standalone_and_application_migrators_keep_their_own_ledgers(db: &TestDb) {
+    AppMigrator::up(&db.db, None)
+        .await
+        .expect("application migrator");
+    let migrated = schema(db).await;
+
+    Migrator::up(&db.db, None)
+        .await
+        .expect("standalone migrator after the application's");
+    assert_eq!(
+        schema(db).await,
+        migrated,
+        "the standalone run changed nothing"
+    );
+    assert!(has_table(db, MIGRATION_TABLE).await);
+    let standalone: Vec<String> = Migrator::get_applied_migrations(&db.db)
+        .await
+        .expect("standalone status")
+        .iter()
+        .map(|m| m.name().to_owned())
+        .collect();
+    assert_eq!(
+        standalone,
+        [
+            "m20261130_000001_task_dedup_create_task_run",
+            "m20261130_000002_task_dedup_active_resource_uidx",
+        ]
+    );
+
+    AppMigrator::up(&db.db, None)
+        .await
+        .expect("application migrator again");
+    assert!(
+        AppMigrator::get_pending_migrations(&db.db)
+            .await
+            .expect("application status")
+            .is_empty()
+    );
+    assert_eq!(
+        AppMigrator::get_applied_migrations(&db.db)
+            .await
+            .expect("application status")
+            .len(),
+        3
+    );
+    Migrator::status(&db.db).await.expect("standalone status");
+    assert_eq!(schema(db).await, migrated);
 }

@@ -46,7 +46,6 @@
 //!     }
 //! }
 //! ```
-#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use sea_orm_migration::prelude::*;
 

@@ -366,3 +366,31 @@ fn next_queued_sql(
         queued = TaskStatus::Queued.as_str(),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each backend is supported exactly when its feature is on; otherwise the error says
+    /// which feature to enable. CI also runs this in single-feature builds.
+    #[test]
+    fn a_dialect_built_without_its_feature_is_a_clear_error() {
+        for (backend, enabled) in [
+            (DbBackend::Sqlite, cfg!(feature = "sqlite")),
+            (DbBackend::Postgres, cfg!(feature = "postgres")),
+            (DbBackend::MySql, cfg!(feature = "mysql")),
+        ] {
+            match Dialect::from_backend(backend) {
+                Ok(dialect) => {
+                    assert!(enabled, "{backend:?}");
+                    assert_eq!(dialect.backend(), backend);
+                }
+                Err(DbErr::BackendNotSupported { ctx, .. }) => {
+                    assert!(!enabled, "{backend:?}");
+                    assert!(ctx.contains("feature"), "{ctx}");
+                }
+                Err(other) => panic!("{other}"),
+            }
+        }
+    }
+}

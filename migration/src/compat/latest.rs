@@ -219,7 +219,8 @@ fn accepts(dialect: Dialect, kind: Kind, column: &Column) -> Result<(), String> 
                 Kind::LongText => matches!(data_type, "text" | "mediumtext" | "longtext"),
                 // MariaDB reports JSON as longtext.
                 Kind::Json => matches!(data_type, "json" | "longtext"),
-                Kind::Int => data_type == "int",
+                // sqlx reads any signed integer type into i32, checking the range.
+                Kind::Int => matches!(data_type, "int" | "bigint" | "mediumint"),
                 Kind::Timestamp => data_type == "datetime" && column.precision == Some(6),
             };
             if ok { Ok(()) } else { Err(mysql_type(kind)) }

@@ -1,0 +1,280 @@
+//! The `task-dedup-migrate` binary, run as a user would, against PostgreSQL: the URL comes
+//! from `-u`, `DATABASE_URL` or `.env` in that order, `-s` picks the schema, the output
+//! names the database (password redacted), and no SQLite file appears unless no URL is
+//! given anywhere.
+//!
+//! Needs `TASK_DEDUP_POSTGRES_URL` (a server where the user may `CREATE DATABASE`);
+//! without it the PostgreSQL cases are skipped with a message, unless `CI=true`.
+#![cfg(feature = "cli")]
+// A test file: a panic is how it fails.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use sea_orm_migration::sea_orm::{ConnectionTrait, Database, DatabaseConnection, Statement};
+
+const BIN: &str = env!("CARGO_BIN_EXE_task-dedup-migrate");
+
+/// A scratch directory to run the binary in, removed afterwards.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir =
+            std::env::temp_dir().join(format!("task-dedup-cli-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch dir");
+        Scratch(dir)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+
+    fn files(&self) -> Vec<String> {
+        let mut files: Vec<String> = std::fs::read_dir(&self.0)
+            .expect("read scratch dir")
+            .map(|entry| {
+                entry
+                    .expect("entry")
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        files.sort();
+        files
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs the binary in `dir` with `args`, a clean environment but for `env`.
+fn migrate(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(BIN);
+    command
+        .args(args)
+        .current_dir(dir)
+        .env_remove("DATABASE_URL")
+        .env_remove("DATABASE_SCHEMA");
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let output = command.output().expect("run task-dedup-migrate");
+    assert!(
+        output.status.success(),
+        "task-dedup-migrate {args:?} failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// The admin URL, or `None` (skipped) outside CI.
+fn postgres_admin_url() -> Option<String> {
+    match std::env::var("TASK_DEDUP_POSTGRES_URL") {
+        Ok(url) => Some(url),
+        Err(_) if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("TASK_DEDUP_POSTGRES_URL is required under CI=true")
+        }
+        Err(_) => {
+            eprintln!(
+                "[task-dedup-migrate tests] skipped PostgreSQL: TASK_DEDUP_POSTGRES_URL is not set"
+            );
+            None
+        }
+    }
+}
+
+/// A fresh PostgreSQL database, dropped on `drop_all`.
+struct PgDatabases {
+    admin: DatabaseConnection,
+    admin_url: String,
+    names: Vec<String>,
+}
+
+impl PgDatabases {
+    async fn new(admin_url: String) -> PgDatabases {
+        let admin = Database::connect(&admin_url)
+            .await
+            .expect("admin connection");
+        PgDatabases {
+            admin,
+            admin_url,
+            names: Vec::new(),
+        }
+    }
+
+    /// Creates a database and returns its URL.
+    async fn create(&mut self, tag: &str) -> String {
+        let name = format!("tdcli_{tag}_{}", std::process::id());
+        self.admin
+            .execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .await
+            .expect("drop");
+        self.admin
+            .execute_unprepared(&format!("CREATE DATABASE {name}"))
+            .await
+            .expect("create database");
+        self.names.push(name.clone());
+        with_database(&self.admin_url, &name)
+    }
+
+    async fn drop_all(self) {
+        for name in &self.names {
+            let _ = self
+                .admin
+                .execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                .await;
+        }
+    }
+}
+
+/// The same server URL with another database in its path.
+fn with_database(url: &str, database: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, format!("?{query}")),
+        None => (url, String::new()),
+    };
+    let authority_start = base.find("://").map_or(0, |i| i + 3);
+    let host_end = base[authority_start..]
+        .find('/')
+        .map_or(base.len(), |i| authority_start + i);
+    format!("{}/{database}{query}", &base[..host_end])
+}
+
+/// Tables of `schema` in the database at `url`, sorted.
+async fn tables(url: &str, schema: &str) -> Vec<String> {
+    let db = Database::connect(url).await.expect("connect");
+    let rows = db
+        .query_all_raw(Statement::from_sql_and_values(
+            db.get_database_backend(),
+            "SELECT table_name::text AS name FROM information_schema.tables \
+             WHERE table_schema = $1 ORDER BY 1",
+            [schema.into()],
+        ))
+        .await
+        .expect("tables");
+    let names = rows
+        .iter()
+        .map(|row| row.try_get::<String>("", "name").expect("name"))
+        .collect();
+    db.close().await.expect("close");
+    names
+}
+
+const MIGRATED: [&str; 2] = ["task_dedup_migrations", "task_run"];
+
+#[tokio::test]
+async fn url_comes_from_flag_then_environment_then_dotenv() {
+    let Some(admin_url) = postgres_admin_url() else {
+        return;
+    };
+    let mut dbs = PgDatabases::new(admin_url).await;
+    let (flag, env, dotenv) = (
+        dbs.create("flag").await,
+        dbs.create("env").await,
+        dbs.create("dotenv").await,
+    );
+
+    // `-u` wins over DATABASE_URL and .env.
+    let dir = Scratch::new("flag");
+    std::fs::write(dir.path().join(".env"), format!("DATABASE_URL={dotenv}\n")).expect(".env");
+    let out = migrate(dir.path(), &["-u", &flag, "up"], &[("DATABASE_URL", &env)]);
+    assert!(
+        stderr(&out).contains(&format!("database {flag}")),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(tables(&flag, "public").await, MIGRATED);
+    assert!(tables(&env, "public").await.is_empty());
+    assert!(tables(&dotenv, "public").await.is_empty());
+    assert_eq!(dir.files(), [".env"], "no SQLite file appeared");
+
+    // DATABASE_URL wins over .env.
+    let out = migrate(dir.path(), &["up"], &[("DATABASE_URL", &env)]);
+    assert!(
+        stderr(&out).contains(&format!("database {env}")),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(tables(&env, "public").await, MIGRATED);
+    assert!(tables(&dotenv, "public").await.is_empty());
+
+    // .env alone.
+    let out = migrate(dir.path(), &["status"], &[]);
+    assert!(
+        stderr(&out).contains(&format!("database {dotenv}")),
+        "{}",
+        stderr(&out)
+    );
+    migrate(dir.path(), &[], &[]);
+    assert_eq!(tables(&dotenv, "public").await, MIGRATED);
+    assert_eq!(dir.files(), [".env"], "no SQLite file appeared");
+
+    // down rolls back on the database named, and only there.
+    migrate(dir.path(), &["down", "-n", "2"], &[]);
+    assert_eq!(tables(&dotenv, "public").await, ["task_dedup_migrations"]);
+    assert_eq!(tables(&flag, "public").await, MIGRATED);
+    dbs.drop_all().await;
+}
+
+#[tokio::test]
+async fn schema_flag_sets_the_search_path_and_passwords_are_redacted() {
+    let Some(admin_url) = postgres_admin_url() else {
+        return;
+    };
+    let mut dbs = PgDatabases::new(admin_url).await;
+    let url = dbs.create("schema").await;
+    let db = Database::connect(&url).await.expect("connect");
+    db.execute_unprepared("CREATE SCHEMA tenant_a")
+        .await
+        .expect("schema");
+    db.close().await.expect("close");
+
+    // Trust authentication ignores the password, which must not be printed.
+    let with_password = url.replacen("://postgres@", "://postgres:hunter2@", 1);
+    assert_ne!(with_password, url, "the URL names user postgres");
+    let dir = Scratch::new("schema");
+    let out = migrate(
+        dir.path(),
+        &["-u", &with_password, "-s", "tenant_a", "up"],
+        &[],
+    );
+    let printed = stderr(&out);
+    assert!(!printed.contains("hunter2"), "{printed}");
+    assert!(printed.contains("postgres:****@"), "{printed}");
+    assert_eq!(tables(&url, "tenant_a").await, MIGRATED);
+    assert!(tables(&url, "public").await.is_empty());
+
+    // DATABASE_SCHEMA works like -s.
+    let out = migrate(
+        dir.path(),
+        &["status"],
+        &[("DATABASE_URL", &url), ("DATABASE_SCHEMA", "tenant_a")],
+    );
+    assert!(stderr(&out).contains("Applied"), "{}", stderr(&out));
+    dbs.drop_all().await;
+}
+
+#[test]
+fn without_any_url_the_embedded_sqlite_file_is_used() {
+    let dir = Scratch::new("default");
+    let out = migrate(dir.path(), &["up"], &[]);
+    assert!(
+        stderr(&out).contains("database sqlite://task_dedup.db"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(dir.files(), ["task_dedup.db"]);
+    let out = migrate(dir.path(), &["status"], &[]);
+    assert!(stderr(&out).contains("Applied"), "{}", stderr(&out));
+}
