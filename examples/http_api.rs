@@ -8,8 +8,9 @@
 //!   answers `201 Created` with the new task, or `200 OK` with the task already in
 //!   flight. The body is the task plus `"deduplicated": false` / `true`.
 //! - `GET /tasks/{id}` answers the task, or 404.
-//! - `POST /tasks/{id}/cancel` with an optional `{"reason"}` answers the cancelled task;
-//!   404 for an unknown id, 409 when the task already finished.
+//! - `POST /tasks/{id}/cancel` with an optional `{"reason"}` answers the cancelled task
+//!   (again, unchanged, when it was cancelled already); 404 for an unknown id, 409 when the
+//!   task finished otherwise.
 //!
 //! Every error is JSON, `{"error": "..."}`. Bad input is always a 4xx; only a failing
 //! database gives a 5xx.
@@ -150,7 +151,7 @@ async fn enqueue(
 
     let (status, deduplicated) = match &outcome {
         Enqueued::Created(_) => (StatusCode::CREATED, false),
-        Enqueued::Existing(_) => (StatusCode::OK, true),
+        Enqueued::Existing(_) | Enqueued::Replaced(_) => (StatusCode::OK, true),
     };
     let task = outcome.into_task();
     let location = format!("/tasks/{}", task.id);

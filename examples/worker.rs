@@ -33,7 +33,9 @@ use std::time::Duration;
 
 use sea_orm::DatabaseConnection;
 use serde_json::{Value, json};
-use task_dedup::{DedupError, MAX_LEASE, ReapReport, TaskStatus, TaskWorker, task_run};
+use task_dedup::{
+    DedupError, MAX_LEASE, ReapReport, Retry, RetryPolicy, TaskStatus, TaskWorker, task_run,
+};
 use tokio::sync::{oneshot, watch};
 use tokio::time::MissedTickBehavior;
 
@@ -263,7 +265,7 @@ pub async fn run(
             }
             Ok(None) if config.exit_when_idle => {
                 // A task whose worker died still looks taken until its lease is reaped.
-                match db.reap_expired(config.max_attempts).await {
+                match db.reap_expired(&reap_policy(config.max_attempts)).await {
                     Ok(ReapReport { requeued: 0, .. }) => break,
                     Ok(_) => {}
                     Err(err) => tracing::warn!(error = %err, "reap failed; retrying"),
@@ -318,7 +320,7 @@ async fn work_on(
     heartbeat.abort();
     let finished = match outcome? {
         Ok(result) => db.complete(id, worker_id, Some(result)).await,
-        Err(error) => db.fail(id, worker_id, &error).await,
+        Err(error) => db.fail(id, worker_id, &error, Retry::Never).await,
     };
     match finished {
         Ok(task) => {
@@ -400,9 +402,19 @@ async fn reap_periodically(
             _ = &mut stop => return,
         }
         // `reap_expired` logs what it changed.
-        if let Err(err) = db.reap_expired(max_attempts).await {
+        if let Err(err) = db.reap_expired(&reap_policy(max_attempts)).await {
             tracing::warn!(error = %err, "reap failed; retrying at the next tick");
         }
+    }
+}
+
+/// Requeues expired tasks at once; fails them for good at `max_attempts`.
+fn reap_policy(max_attempts: i32) -> RetryPolicy {
+    RetryPolicy {
+        max_attempts,
+        base_delay: Duration::ZERO,
+        max_delay: Duration::ZERO,
+        jitter: 0.0,
     }
 }
 

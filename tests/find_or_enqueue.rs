@@ -16,7 +16,6 @@ use task_dedup::{
     DedupError, Enqueued, InvalidReason, KeyField, NewTask, TaskDedup, TaskKey, TaskStatus,
     task_run,
 };
-use task_dedup_migration::{Migrator, MigratorTrait};
 use tokio::sync::Barrier;
 
 matrix!(
@@ -183,9 +182,8 @@ async fn storm_over_eight_keys_gives_each_caller_its_own_key(db: &TestDb) {
 /// upgrade, or migrations run through the same pool): SQLite keeps each connection's
 /// schema in memory, so those connections knew `task_run` but not the index.
 async fn pool_opened_before_the_index_dedups(db: &TestDb) {
-    Migrator::up(&db.db, Some(1))
-        .await
-        .expect("table without the index");
+    db.migrate().await;
+    db.drop_unique_index().await;
     let pool = db.pool(8).await;
     // Every pooled connection reads task_run once: eight transactions hold all eight
     // connections at the same time.
@@ -199,7 +197,9 @@ async fn pool_opened_before_the_index_dedups(db: &TestDb) {
         txns.push(txn);
     }
     drop(txns);
-    db.migrate().await;
+    task_dedup_migration::ensure_schema(&db.db)
+        .await
+        .expect("the index comes back");
     for round in 0..3 {
         let key = key(&format!("doc-{round}"));
         let outcomes = storm(
@@ -470,9 +470,8 @@ async fn deadlock_inside_a_transaction_is_reported_not_retried(db: &TestDb) {
 
 async fn harness_catches_read_then_insert(db: &TestDb) {
     // Without the unique index, the naive flow under the storm creates a task per caller.
-    Migrator::up(&db.db, Some(1))
-        .await
-        .expect("table without the unique index");
+    db.migrate().await;
+    db.drop_unique_index().await;
     let pool = db.pool(CALLERS as u32).await;
     let doc = key("doc");
     let naive = storm(
@@ -489,9 +488,11 @@ async fn harness_catches_read_then_insert(db: &TestDb) {
     );
     assert_eq!(active_rows(&db.db, &doc).await.len(), CALLERS);
 
-    // The same storm against the library, on the same table (the index migration
+    // The same storm against the library, on the same table (the compat patch
     // resolves the naive duplicates first): exactly one.
-    Migrator::up(&db.db, None).await.expect("index migration");
+    task_dedup_migration::ensure_schema(&db.db)
+        .await
+        .expect("the index comes back");
     let other = key("other");
     let real = storm(
         &pool,

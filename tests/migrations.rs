@@ -22,7 +22,12 @@ matrix!(
     ensure_schema_refuses_what_it_cannot_fix_before_changing_anything,
     migrations_splice_into_an_application_migrator,
     standalone_and_application_migrators_keep_their_own_ledgers,
+    upgrade_from_the_first_release_keeps_every_invariant,
+    ensure_schema_brings_the_first_release_up_to_date,
 );
+
+/// What the first release's migrations leave (steps 1 and 2).
+const FIRST_RELEASE_STEPS: u32 = 2;
 
 /// What the schema of `task_run` looks like, as the database describes it.
 async fn schema(db: &TestDb) -> String {
@@ -85,7 +90,7 @@ async fn up_twice_is_a_noop(db: &TestDb) {
             .await
             .expect("status")
             .len(),
-        2
+        task_dedup_migration::migrations().len()
     );
 }
 
@@ -204,12 +209,12 @@ async fn migration_cancels_duplicate_active_rows(db: &TestDb) {
     let c_only = rows::insert(&db.db, ("u", "t", "c"), Queued, at(30))
         .await
         .expect("seed");
-    let before = rows::all(&db.db).await;
+    let before = row_count(db).await;
 
     Migrator::up(&db.db, None).await.expect("index migration");
 
     let after = rows::all(&db.db).await;
-    assert_eq!(after.len(), before.len(), "nothing is deleted");
+    assert_eq!(after.len() as i64, before, "nothing is deleted");
     let find = |id| after.iter().find(|row| row.id == id).expect("row kept");
     for (kept, status) in [
         (a_oldest, Running),
@@ -291,9 +296,13 @@ async fn ensure_schema_upgrades_a_legacy_table(db: &TestDb) {
         "lease_expires_at",
         "started_at",
         "finished_at",
+        "run_at",
+        "priority",
+        "scope",
+        "dedup_window_end",
     ];
     if db.dialect == Dialect::MySql {
-        added.push("active_marker");
+        added.push("occupied");
     }
     assert_eq!(report.added_columns, added, "{report}");
     for index in [
@@ -560,6 +569,8 @@ async fn migrations_splice_into_an_application_migrator(db: &TestDb) {
         [
             "m20261130_000001_task_dedup_create_task_run",
             "m20261130_000002_task_dedup_active_resource_uidx",
+            "m20261130_000003_task_dedup_scheduling",
+            "m20261130_000004_task_dedup_scopes",
             "m20270101_000001_create_widget",
         ]
     );
@@ -601,6 +612,8 @@ async fn standalone_and_application_migrators_keep_their_own_ledgers(db: &TestDb
         [
             "m20261130_000001_task_dedup_create_task_run",
             "m20261130_000002_task_dedup_active_resource_uidx",
+            "m20261130_000003_task_dedup_scheduling",
+            "m20261130_000004_task_dedup_scopes",
         ]
     );
 
@@ -618,8 +631,130 @@ async fn standalone_and_application_migrators_keep_their_own_ledgers(db: &TestDb
             .await
             .expect("application status")
             .len(),
-        3
+        task_dedup_migration::migrations().len() + 1
     );
     Migrator::status(&db.db).await.expect("standalone status");
     assert_eq!(schema(db).await, migrated);
+}
+
+/// A database as the first release left it, in use: duplicates an even older flow left
+/// (resolved by step 2), queued, running and finished tasks. Returns the ids of the
+/// queued tasks, oldest first, and of the running one.
+async fn seed_first_release(db: &TestDb) -> (Vec<uuid::Uuid>, uuid::Uuid) {
+    Migrator::up(&db.db, Some(1)).await.expect("step 1");
+    let dup_oldest = rows::insert(&db.db, ("u", "t", "dup"), Queued, at(0))
+        .await
+        .expect("seed");
+    rows::insert(&db.db, ("u", "t", "dup"), Queued, at(1))
+        .await
+        .expect("seed");
+    Migrator::up(&db.db, Some(1)).await.expect("step 2");
+    let queued = rows::insert(&db.db, ("u", "t", "queued"), Queued, at(2))
+        .await
+        .expect("seed");
+    let running = rows::insert(&db.db, ("u", "t", "running"), Running, at(3))
+        .await
+        .expect("seed");
+    for status in [Succeeded, Failed, Cancelled] {
+        rows::insert(&db.db, ("u", "t", "done"), status, at(4))
+            .await
+            .expect("seed");
+    }
+    rows::insert(&db.db, ("u", "t", "hist"), Succeeded, at(5))
+        .await
+        .expect("seed");
+    let hist = rows::insert(&db.db, ("u", "t", "hist"), Queued, at(6))
+        .await
+        .expect("seed");
+    (vec![dup_oldest, queued, hist], running)
+}
+
+/// After the upgrade, tasks of the first release behave as `Scope::Active` tasks of
+/// priority 0 that are due now, and every invariant holds.
+async fn assert_upgraded(db: &TestDb, queued: &[uuid::Uuid], running: uuid::Uuid) {
+    use task_dedup::{NewTask, Scope, TaskDedup, TaskKey, TaskScope, TaskWorker};
+
+    let all = rows::all(&db.db).await;
+    assert_eq!(all.len(), 9, "nothing lost");
+    for row in &all {
+        assert_eq!(
+            (row.scope, row.dedup_window_end, row.priority),
+            (TaskScope::Active, 0, 0),
+            "{row:?}"
+        );
+        assert!(row.run_at <= chrono::Utc::now(), "due now: {row:?}");
+    }
+    let cancelled_dups = all
+        .iter()
+        .filter(|r| r.resource_key == "dup" && r.status == Cancelled)
+        .count();
+    assert_eq!(cancelled_dups, 1);
+
+    let key = |resource: &str| TaskKey::new("u", "t", resource).expect("key");
+    // Held keys stay held, whatever the new request's policy.
+    for (resource, held_by) in [
+        ("queued", queued[1]),
+        ("running", running),
+        ("dup", queued[0]),
+    ] {
+        for task in [
+            NewTask::new(key(resource)),
+            NewTask::new(key(resource)).scope(Scope::Queued),
+        ] {
+            let outcome = db.db.find_or_enqueue(task).await.expect("enqueue");
+            assert_eq!((outcome.is_created(), outcome.task().id), (false, held_by));
+        }
+    }
+    // A key with only finished tasks is free.
+    assert!(
+        db.db
+            .find_or_enqueue(NewTask::new(key("done")))
+            .await
+            .expect("enqueue")
+            .is_created()
+    );
+    // Old queued tasks are claimed first, oldest first, then the new one.
+    let mut claimed = Vec::new();
+    while let Some(task) = db
+        .db
+        .claim("w", &[], std::time::Duration::from_secs(60))
+        .await
+        .expect("claim")
+    {
+        claimed.push(task.id);
+    }
+    assert_eq!(claimed.len(), 4);
+    assert_eq!(claimed[..3], *queued);
+}
+
+async fn upgrade_from_the_first_release_keeps_every_invariant(db: &TestDb) {
+    let (queued, running) = seed_first_release(db).await;
+    assert_eq!(
+        Migrator::get_applied_migrations(&db.db)
+            .await
+            .expect("status")
+            .len(),
+        FIRST_RELEASE_STEPS as usize
+    );
+    Migrator::up(&db.db, None).await.expect("upgrade");
+    assert_upgraded(db, &queued, running).await;
+}
+
+async fn ensure_schema_brings_the_first_release_up_to_date(db: &TestDb) {
+    let (queued, running) = seed_first_release(db).await;
+    let report = ensure_schema(&db.db).await.expect("compat patch");
+    assert!(!report.created_table);
+    for column in ["run_at", "priority", "scope", "dedup_window_end"] {
+        assert!(
+            report.added_columns.iter().any(|c| c == column),
+            "{column}: {report}"
+        );
+    }
+    assert_eq!(report.cancelled_duplicates, 0, "step 2 had resolved them");
+    let upgraded = schema(db).await;
+    Migrator::up(&db.db, None)
+        .await
+        .expect("the migrator afterwards");
+    assert_eq!(schema(db).await, upgraded, "and it changes nothing");
+    assert_upgraded(db, &queued, running).await;
 }

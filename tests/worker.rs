@@ -15,8 +15,8 @@ use sea_orm::{
 };
 use task_dedup::task_run::{self, Column};
 use task_dedup::{
-    DedupError, InvalidReason, NewTask, ReapReport, TaskDedup, TaskKey, TaskStatus, TaskWorker,
-    Transition,
+    DedupError, InvalidReason, NewTask, ReapReport, Retry, RetryPolicy, TaskDedup, TaskKey,
+    TaskStatus, TaskWorker, Transition,
 };
 use tokio::sync::Barrier;
 use uuid::Uuid;
@@ -36,6 +36,16 @@ matrix!(
 );
 
 const LEASE: Duration = Duration::from_secs(60);
+
+/// Requeues at once, and fails for good at `max_attempts`.
+fn reap_policy(max_attempts: i32) -> RetryPolicy {
+    RetryPolicy {
+        max_attempts,
+        base_delay: Duration::ZERO,
+        max_delay: Duration::ZERO,
+        jitter: 0.0,
+    }
+}
 
 fn key(resource: &str) -> TaskKey {
     TaskKey::new("user-1", "render", resource).expect("valid key")
@@ -257,7 +267,7 @@ async fn invalid_transitions_change_nothing(db: &TestDb) {
     };
     not_found(db.db.heartbeat(unknown, "w", LEASE).await);
     not_found(db.db.complete(unknown, "w", None).await);
-    not_found(db.db.fail(unknown, "w", "boom").await);
+    not_found(db.db.fail(unknown, "w", "boom", Retry::Never).await);
     not_found(db.db.cancel(unknown, "no").await);
 
     // Completing a task nobody claimed.
@@ -284,7 +294,9 @@ async fn invalid_transitions_change_nothing(db: &TestDb) {
     let running = claim(db, "owner").await;
     for result in [
         db.db.complete(running.id, "intruder", None).await,
-        db.db.fail(running.id, "intruder", "boom").await,
+        db.db
+            .fail(running.id, "intruder", "boom", Retry::Never)
+            .await,
         db.db.heartbeat(running.id, "intruder", LEASE).await,
     ] {
         match result {
@@ -301,20 +313,29 @@ async fn invalid_transitions_change_nothing(db: &TestDb) {
     }
     assert_eq!(load(db, running.id).await, running);
 
-    // Completing twice; failing or cancelling what already finished.
+    // Completing twice (a call repeated after a lost connection) returns the stored
+    // outcome; failing or cancelling what already finished is refused.
     let done = db
         .db
         .complete(running.id, "owner", Some(serde_json::json!({"ok": true})))
         .await
         .expect("complete");
+    assert_eq!(
+        db.db
+            .complete(running.id, "owner", None)
+            .await
+            .expect("again"),
+        done,
+        "the stored outcome, not the repeated call's"
+    );
+    assert!(matches!(
+        db.db.complete(running.id, "intruder", None).await,
+        Err(DedupError::InvalidTransition { .. })
+    ));
     for (transition, result) in [
         (
-            Transition::Complete,
-            db.db.complete(running.id, "owner", None).await,
-        ),
-        (
             Transition::Fail,
-            db.db.fail(running.id, "owner", "late").await,
+            db.db.fail(running.id, "owner", "late", Retry::Never).await,
         ),
         (Transition::Cancel, db.db.cancel(running.id, "late").await),
     ] {
@@ -336,7 +357,14 @@ async fn invalid_transitions_change_nothing(db: &TestDb) {
     let claimed = claim(db, "slow").await;
     assert_eq!(claimed.id, second.id);
     expire_lease(db, claimed.id).await;
-    assert_eq!(db.db.reap_expired(3).await.expect("reap").requeued, 1);
+    assert_eq!(
+        db.db
+            .reap_expired(&reap_policy(3))
+            .await
+            .expect("reap")
+            .requeued,
+        1
+    );
     let requeued = load(db, claimed.id).await;
     let err = db
         .db
@@ -388,7 +416,10 @@ async fn invalid_arguments_are_rejected_before_sql(db: &TestDb) {
         db.db.heartbeat(task.id, "w\0", LEASE).await.map(|_| ()),
         "worker_id",
     );
-    invalid(db.db.reap_expired(0).await.map(|_| ()), "max_attempts");
+    invalid(
+        db.db.reap_expired(&reap_policy(0)).await.map(|_| ()),
+        "max_attempts",
+    );
     invalid(
         db.db.prune_finished(Duration::MAX).await.map(|_| ()),
         "older_than",
@@ -402,7 +433,10 @@ async fn invalid_arguments_are_rejected_before_sql(db: &TestDb) {
         "result",
     );
     invalid(
-        db.db.fail(task.id, "w", &too_long).await.map(|_| ()),
+        db.db
+            .fail(task.id, "w", &too_long, Retry::Never)
+            .await
+            .map(|_| ()),
         "error",
     );
     match db.db.claim("", &[], LEASE).await {
@@ -418,7 +452,11 @@ async fn longest_error_text_fits_every_dialect(db: &TestDb) {
     claim(db, "w").await;
     // 4-byte characters up to the limit: MySQL's TEXT (65,535 bytes) still holds them.
     let longest = "🦀".repeat(task_dedup::task_run::ERROR_MAX_CHARS);
-    let failed = db.db.fail(task.id, "w", &longest).await.expect("fail");
+    let failed = db
+        .db
+        .fail(task.id, "w", &longest, Retry::Never)
+        .await
+        .expect("fail");
     assert_eq!(failed.error.as_deref(), Some(longest.as_str()));
     assert_eq!(load(db, task.id).await, failed);
 }
@@ -434,7 +472,7 @@ async fn expired_leases_are_requeued_then_failed(db: &TestDb) {
     assert_eq!(other.id, live.id);
     expire_lease(db, task.id).await;
 
-    let report = db.db.reap_expired(2).await.expect("reap");
+    let report = db.db.reap_expired(&reap_policy(2)).await.expect("reap");
     assert_eq!(
         report,
         ReapReport {
@@ -453,7 +491,7 @@ async fn expired_leases_are_requeued_then_failed(db: &TestDb) {
     let second = claim(db, "crashed-again").await;
     assert_eq!((second.id, second.attempts), (task.id, 2));
     expire_lease(db, task.id).await;
-    let report = db.db.reap_expired(2).await.expect("reap");
+    let report = db.db.reap_expired(&reap_policy(2)).await.expect("reap");
     assert_eq!(
         report,
         ReapReport {
@@ -473,7 +511,7 @@ async fn expired_leases_are_requeued_then_failed(db: &TestDb) {
     );
 
     assert_eq!(
-        db.db.reap_expired(2).await.expect("reap"),
+        db.db.reap_expired(&reap_policy(2)).await.expect("reap"),
         ReapReport::default()
     );
 }
@@ -489,7 +527,7 @@ async fn heartbeat_racing_the_reaper_is_never_requeued(db: &TestDb) {
         .await
         .expect("heartbeat");
     assert_eq!(
-        db.db.reap_expired(3).await.expect("reap"),
+        db.db.reap_expired(&reap_policy(3)).await.expect("reap"),
         ReapReport::default()
     );
     assert_eq!(load(db, task.id).await.status, TaskStatus::Running);
@@ -512,7 +550,7 @@ async fn heartbeat_racing_the_reaper_is_never_requeued(db: &TestDb) {
             })
         };
         start.wait().await;
-        let report = pool.reap_expired(3).await.expect("reap");
+        let report = pool.reap_expired(&reap_policy(3)).await.expect("reap");
         let beat = beat.await.expect("heartbeat task");
         let row = load(db, task.id).await;
         match beat {
@@ -554,7 +592,7 @@ async fn finishing_releases_the_key(db: &TestDb) {
             Box::pin(async move { db.db.complete(id, "w", None).await.map(drop) })
         }),
         ("fail", |db, id| {
-            Box::pin(async move { db.db.fail(id, "w", "boom").await.map(drop) })
+            Box::pin(async move { db.db.fail(id, "w", "boom", Retry::Never).await.map(drop) })
         }),
         ("cancel", |db, id| {
             Box::pin(async move { db.db.cancel(id, "user asked").await.map(drop) })
@@ -562,7 +600,7 @@ async fn finishing_releases_the_key(db: &TestDb) {
         ("reap to failed", |db, id| {
             Box::pin(async move {
                 expire_lease(db, id).await;
-                assert_eq!(db.db.reap_expired(1).await?.failed, 1);
+                assert_eq!(db.db.reap_expired(&reap_policy(1)).await?.failed, 1);
                 Ok(())
             })
         }),

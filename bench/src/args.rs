@@ -55,6 +55,9 @@ pub enum Workload {
     Churn,
     /// All callers behind a barrier on one key, round after round.
     Race,
+    /// Like `dup`, with a new payload each call that replaces the queued task's
+    /// (`OnConflict::ReplaceIfQueued`; raw-dedup: the hand-written upsert).
+    Replace,
 }
 
 /// How a call enqueues.

@@ -168,7 +168,11 @@ async fn prepare_schema(args: &Args) -> Result<(), String> {
     Migrator::down(&db, None).await.map_err(|e| e.to_string())?;
     Migrator::up(&db, None).await.map_err(|e| e.to_string())?;
     if !args.strategy.uses_unique_index() {
-        Migrator::down(&db, Some(1))
+        let drop = match db.get_database_backend() {
+            DbBackend::MySql => "ALTER TABLE task_run DROP INDEX task_active_resource_uidx",
+            _ => "DROP INDEX task_active_resource_uidx",
+        };
+        db.execute_unprepared(drop)
             .await
             .map_err(|e| e.to_string())?;
     }
@@ -250,7 +254,7 @@ async fn phase(
                         break;
                     }
                     let key = key(workload, label, client, round, keys, &mut rng);
-                    call(&runner, key, &mut tally, deadline).await;
+                    call(&runner, key, None, &mut tally, deadline).await;
                 }
             } else {
                 loop {
@@ -259,7 +263,8 @@ async fn phase(
                         break;
                     }
                     let key = key(workload, label, client, seq, keys, &mut rng);
-                    call(&runner, key, &mut tally, deadline).await;
+                    let replace = (workload == Workload::Replace).then_some(seq as u64);
+                    call(&runner, key, replace, &mut tally, deadline).await;
                 }
             }
             tally
@@ -291,10 +296,17 @@ async fn phase(
     (total, churn)
 }
 
-async fn call(runner: &Runner, key: TaskKey, tally: &mut Tally, deadline: Instant) {
+async fn call(
+    runner: &Runner,
+    key: TaskKey,
+    replace: Option<u64>,
+    tally: &mut Tally,
+    deadline: Instant,
+) {
     let started = Instant::now();
     // A call still running at the deadline is abandoned, neither an op nor an error.
-    let Ok(outcome) = tokio::time::timeout_at(deadline.into(), runner.call(key)).await else {
+    let call = runner.call(key, replace);
+    let Ok(outcome) = tokio::time::timeout_at(deadline.into(), call).await else {
         tally.abandoned += 1;
         return;
     };

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use sea_orm::sqlx::{self, Row};
 use sea_orm::{DatabaseConnection, DbBackend};
-use task_dedup::{NewTask, TaskDedup, TaskKey, task_run};
+use task_dedup::{NewTask, OnConflict, TaskDedup, TaskKey, task_run};
 use uuid::Uuid;
 
 use crate::args::Strategy;
@@ -24,7 +24,7 @@ const MAX_ATTEMPTS: u32 = 1_000;
 
 const COLUMNS: &str = "id, user_id, task_type, resource_key, status, payload, result, error, \
                        attempts, lease_owner, lease_expires_at, created_at, updated_at, \
-                       started_at, finished_at";
+                       started_at, finished_at, run_at, priority, scope, dedup_window_end";
 
 /// A task row as hand-written code would map it.
 #[allow(dead_code)] // Read only to measure the cost of decoding a row.
@@ -45,6 +45,10 @@ struct TaskRow {
     updated_at: chrono::DateTime<chrono::Utc>,
     started_at: Option<chrono::DateTime<chrono::Utc>>,
     finished_at: Option<chrono::DateTime<chrono::Utc>>,
+    run_at: chrono::DateTime<chrono::Utc>,
+    priority: i16,
+    scope: String,
+    dedup_window_end: i64,
 }
 
 /// The SQL of one dialect. Built once per process and leaked into `&'static str`, which
@@ -56,6 +60,9 @@ struct Sql {
     /// MySQL: a locking read, which sees the row that made the insert fail even when a
     /// plain read's snapshot does not.
     select_after_conflict: &'static str,
+    /// The `replace` workload: PostgreSQL/SQLite, an upsert that updates a queued row
+    /// and returns it; MySQL, the UPDATE after the duplicate-key error.
+    replace: &'static str,
 }
 
 impl Sql {
@@ -64,25 +71,53 @@ impl Sql {
             DbBackend::Postgres => format!("${n}"),
             _ => "?".to_owned(),
         };
-        let params: Vec<String> = (1..=9).map(p).collect();
         let insert = format!(
             "INSERT INTO task_run (id, user_id, task_type, resource_key, status, payload, \
-             attempts, created_at, updated_at) VALUES ({})",
-            params.join(", ")
+             attempts, created_at, updated_at, run_at, priority, scope, dedup_window_end) \
+             VALUES ({}, {}, {}, {}, 'queued', {}, 0, {}, {}, {}, {}, {}, {})",
+            p(1),
+            p(2),
+            p(3),
+            p(4),
+            p(5),
+            p(6),
+            p(7),
+            p(8),
+            p(9),
+            p(10),
+            p(11)
         );
-        let active = task_dedup::active_status_sql();
-        let insert_or_nothing = match backend {
+        let occupies = task_dedup::OCCUPIES_KEY_SQL;
+        let target = format!(
+            "ON CONFLICT (user_id, task_type, resource_key, dedup_window_end) WHERE {occupies}"
+        );
+        let (insert_or_nothing, replace) = match backend {
             // MySQL has no conflict target: a plain INSERT, and the duplicate-key error
             // means "exists".
-            DbBackend::MySql => insert.clone(),
-            _ => format!(
-                "{insert} ON CONFLICT (user_id, task_type, resource_key) WHERE {active} \
-                 DO NOTHING RETURNING id"
+            DbBackend::MySql => (
+                insert.clone(),
+                "UPDATE task_run SET payload = ?, run_at = ?, priority = ?, updated_at = ? \
+                 WHERE user_id = ? AND task_type = ? AND resource_key = ? \
+                 AND dedup_window_end = 0 AND occupied = 1 AND status = 'queued'"
+                    .to_owned(),
             ),
+            _ => (
+                format!("{insert} {target} DO NOTHING RETURNING id"),
+                format!(
+                    "{insert} {target} DO UPDATE SET payload = excluded.payload, \
+                     run_at = excluded.run_at, priority = excluded.priority, \
+                     updated_at = excluded.updated_at WHERE task_run.status = 'queued' \
+                     RETURNING {COLUMNS}"
+                ),
+            ),
+        };
+        let held = match backend {
+            DbBackend::MySql => "occupied = 1".to_owned(),
+            _ => occupies.to_owned(),
         };
         let select_active = format!(
             "SELECT {COLUMNS} FROM task_run WHERE user_id = {} AND task_type = {} \
-             AND resource_key = {} AND {active}",
+             AND resource_key = {} AND dedup_window_end = 0 AND {held}",
             p(1),
             p(2),
             p(3)
@@ -96,6 +131,7 @@ impl Sql {
             insert_or_nothing: insert_or_nothing.leak(),
             select_active: select_active.leak(),
             select_after_conflict: select_after_conflict.leak(),
+            replace: replace.leak(),
         }
     }
 }
@@ -127,20 +163,25 @@ macro_rules! on_pool {
     };
 }
 
-/// Binds a new task's values, in the order of `Sql::insert`.
+/// Binds a new task's values, in the order of `Sql::insert`, with `$payload`.
 macro_rules! bind_new {
-    ($query:expr, $key:expr) => {{
+    ($query:expr, $key:expr) => {
+        bind_new!($query, $key, None::<&serde_json::Value>)
+    };
+    ($query:expr, $key:expr, $payload:expr) => {{
         let now = task_run::now();
         $query
             .bind(Uuid::now_v7())
             .bind($key.user_id())
             .bind($key.task_type())
             .bind($key.resource_key())
-            .bind("queued")
-            .bind(None::<sqlx::types::Json<serde_json::Value>>)
-            .bind(0_i32)
+            .bind($payload)
             .bind(now)
             .bind(now)
+            .bind(now)
+            .bind(0_i16)
+            .bind("active")
+            .bind(0_i64)
     }};
 }
 
@@ -166,6 +207,10 @@ macro_rules! decode {
             updated_at: row.try_get("updated_at")?,
             started_at: row.try_get("started_at")?,
             finished_at: row.try_get("finished_at")?,
+            run_at: row.try_get("run_at")?,
+            priority: row.try_get("priority")?,
+            scope: row.try_get("scope")?,
+            dedup_window_end: row.try_get("dedup_window_end")?,
         }
     }};
 }
@@ -203,22 +248,33 @@ impl Runner {
         Runner { strategy, db, sql }
     }
 
-    /// One call of the strategy for `key`.
-    pub async fn call(&self, key: TaskKey) -> Result<Outcome, String> {
-        let result = match self.strategy {
-            Strategy::FindOrEnqueue => {
-                let outcome = self.db.find_or_enqueue(NewTask::new(key)).await;
+    /// One call of the strategy for `key`; `replace`: latest payload wins (the
+    /// `replace` workload, with `payload`).
+    pub async fn call(&self, key: TaskKey, replace: Option<u64>) -> Result<Outcome, String> {
+        let result = match (self.strategy, replace) {
+            (Strategy::FindOrEnqueue, replace) => {
+                let mut task = NewTask::new(key);
+                if let Some(n) = replace {
+                    task = task
+                        .with_payload(serde_json::json!({ "n": n }))
+                        .on_conflict(OnConflict::ReplaceIfQueued);
+                }
+                let outcome = self.db.find_or_enqueue(task).await;
                 return match outcome {
                     Ok(outcome) if outcome.is_created() => Ok(Outcome::Created),
                     Ok(_) => Ok(Outcome::Existing),
                     Err(e) => Err(e.to_string()),
                 };
             }
-            Strategy::RawInsert => self.raw_insert(&key).await,
-            Strategy::RawDedup => self.raw_dedup(&key).await,
-            Strategy::Naive => self.naive(&key).await,
-            Strategy::Serializable => self.serializable(&key).await,
-            Strategy::AdvisoryLock => self.advisory_lock(&key).await,
+            (Strategy::RawDedup, Some(n)) => self.raw_replace(&key, n).await,
+            (_, Some(_)) => {
+                return Err("the replace workload runs find-or-enqueue and raw-dedup only".into());
+            }
+            (Strategy::RawInsert, None) => self.raw_insert(&key).await,
+            (Strategy::RawDedup, None) => self.raw_dedup(&key).await,
+            (Strategy::Naive, None) => self.naive(&key).await,
+            (Strategy::Serializable, None) => self.serializable(&key).await,
+            (Strategy::AdvisoryLock, None) => self.advisory_lock(&key).await,
         };
         result.map_err(|e| e.to_string())
     }
@@ -268,6 +324,57 @@ impl Runner {
             }
         }
         Err(sqlx::Error::Protocol("raw-dedup: too many attempts".into()))
+    }
+
+    /// The hand-written "latest payload wins": PostgreSQL/SQLite one upsert that returns
+    /// the inserted or updated row; MySQL the INSERT, then on the duplicate-key error the
+    /// UPDATE and a read of the row in one transaction.
+    async fn raw_replace(&self, key: &TaskKey, n: u64) -> Result<Outcome, sqlx::Error> {
+        let payload = serde_json::json!({ "n": n });
+        if self.db.get_database_backend() != DbBackend::MySql {
+            return on_pool!(self.db, pool => {
+                let row = bind_new!(sqlx::query(self.sql.replace), key, Some(&payload))
+                    .fetch_optional(pool)
+                    .await?;
+                match row {
+                    Some(row) => {
+                        std::hint::black_box(decode!(row));
+                        Ok(Outcome::Existing)
+                    }
+                    None => Err(sqlx::Error::Protocol("replace: the key is held by a task that is not queued".into())),
+                }
+            });
+        }
+        let pool = self.db.get_mysql_connection_pool();
+        match bind_new!(sqlx::query(self.sql.insert), key, Some(&payload))
+            .execute(pool)
+            .await
+        {
+            Ok(_) => return Ok(Outcome::Created),
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {}
+            Err(e) => return Err(e),
+        }
+        let mut txn = pool.begin().await?;
+        let now = task_run::now();
+        sqlx::query(self.sql.replace)
+            .bind(&payload)
+            .bind(now)
+            .bind(0_i16)
+            .bind(now)
+            .bind(key.user_id())
+            .bind(key.task_type())
+            .bind(key.resource_key())
+            .execute(&mut *txn)
+            .await?;
+        let row = sqlx::query(self.sql.select_after_conflict)
+            .bind(key.user_id())
+            .bind(key.task_type())
+            .bind(key.resource_key())
+            .fetch_one(&mut *txn)
+            .await?;
+        std::hint::black_box(decode!(row));
+        txn.commit().await?;
+        Ok(Outcome::Existing)
     }
 
     async fn naive(&self, key: &TaskKey) -> Result<Outcome, sqlx::Error> {

@@ -33,7 +33,7 @@ pub fn key(
 ) -> TaskKey {
     let resource = match workload {
         Workload::Unique => format!("{phase}-{client}-{seq}"),
-        Workload::Dup | Workload::Churn => return hot_key(rng.below(keys)),
+        Workload::Dup | Workload::Churn | Workload::Replace => return hot_key(rng.below(keys)),
         Workload::Race => format!("{phase}-race-{seq}"),
     };
     bench_key(resource)

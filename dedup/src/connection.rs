@@ -93,16 +93,17 @@ macro_rules! on_sqlx_pool {
     };
 }
 
-/// Inserts a new task with `sql` (an INSERT of [`INSERT_COLUMNS`], then the dialect's
-/// conflict clause) and returns the affected-row count.
+/// Runs `sql`, an INSERT of a new task (`row`'s values bound as [`insert_values`]
+/// lists them), and returns the affected-row count.
 ///
-/// This statement and [`select_task`] are the hot path of `find_or_enqueue`. On a pool
-/// they go to sqlx directly, with the values borrowed from the row and the SQL a
+/// This statement and [`select_occupant`] are the hot path of `find_or_enqueue`. On a
+/// pool they go to sqlx directly, with the values borrowed from the row and the SQL a
 /// `&'static str`: SeaORM's statement path copies the SQL twice and every value once
 /// more, and its `DatabaseConnection` dispatch boxes a future that holds every driver's
 /// state (BENCHMARKS.md has the profile). In a transaction they go through SeaORM,
-/// which owns the transaction's connection.
-pub(crate) async fn insert_task<C: DedupConnection + ?Sized>(
+/// which owns the transaction's connection. Either way a failure is the `DbErr` SeaORM
+/// gives for it.
+pub(crate) async fn insert_row<C: DedupConnection + ?Sized>(
     db: &C,
     backend: DbBackend,
     sql: &'static str,
@@ -110,7 +111,7 @@ pub(crate) async fn insert_task<C: DedupConnection + ?Sized>(
 ) -> Result<u64, DbErr> {
     on_sqlx_pool!(db, pool => {
         let mut conn = pool.acquire().await.map_err(acquire_err)?;
-        bind_task(sqlx::query(sql), row)
+        bind_row(sqlx::query(sql), row)
             .execute(&mut *conn)
             .await
             .map(|result| result.rows_affected())
@@ -121,13 +122,38 @@ pub(crate) async fn insert_task<C: DedupConnection + ?Sized>(
     })
 }
 
-/// Runs `sql`, a SELECT of every column by key (three parameters), and maps the row.
-/// See [`insert_task`] for the two paths.
-pub(crate) async fn select_task<C: DedupConnection + ?Sized>(
+/// Runs `sql`, an INSERT of a new task that returns a row (an upsert), and maps the row.
+/// See [`insert_row`] for the two paths.
+pub(crate) async fn upsert_row<C: DedupConnection + ?Sized>(
+    db: &C,
+    backend: DbBackend,
+    sql: &'static str,
+    row: &task_run::Model,
+) -> Result<Option<task_run::Model>, DbErr> {
+    let stored = on_sqlx_pool!(db, pool => {
+        let mut conn = pool.acquire().await.map_err(acquire_err)?;
+        bind_row(sqlx::query(sql), row)
+            .fetch_optional(&mut *conn)
+            .await
+            .map(|row| row.map(sea_orm::QueryResult::from))
+            .map_err(query_err)
+    }, else => {
+        let upsert = Statement::from_sql_and_values(backend, sql, insert_values(row));
+        db.query_one_raw(upsert).await
+    })?;
+    stored
+        .map(|row| task_run::Model::from_query_result(&row, ""))
+        .transpose()
+}
+
+/// Runs `sql`, a SELECT of every column by key and window (four parameters), and maps
+/// the row. See [`insert_row`] for the two paths.
+pub(crate) async fn select_occupant<C: DedupConnection + ?Sized>(
     db: &C,
     backend: DbBackend,
     sql: &'static str,
     key: &TaskKey,
+    window_end: i64,
 ) -> Result<Option<task_run::Model>, DbErr> {
     let row = on_sqlx_pool!(db, pool => {
         let mut conn = pool.acquire().await.map_err(acquire_err)?;
@@ -135,15 +161,17 @@ pub(crate) async fn select_task<C: DedupConnection + ?Sized>(
             .bind(key.user_id())
             .bind(key.task_type())
             .bind(key.resource_key())
+            .bind(window_end)
             .fetch_optional(&mut *conn)
             .await
             .map(|row| row.map(sea_orm::QueryResult::from))
             .map_err(query_err)
     }, else => {
-        let values = [
+        let values = vec![
             key.user_id().into(),
             key.task_type().into(),
             key.resource_key().into(),
+            window_end.into(),
         ];
         db.query_one_raw(Statement::from_sql_and_values(backend, sql, values))
             .await
@@ -152,16 +180,11 @@ pub(crate) async fn select_task<C: DedupConnection + ?Sized>(
         .transpose()
 }
 
-/// The columns a new task is inserted with, in the order of [`bind_task`] and
-/// [`insert_values`]; the other columns start NULL.
-pub(crate) const INSERT_COLUMNS: &str =
-    "id, user_id, task_type, resource_key, status, payload, attempts, created_at, updated_at";
-
+/// Binds a new task's values for sqlx, in the order of [`insert_values`]. Each value is
+/// bound as SeaORM binds the same value (sea-query-sqlx), so both paths store the same
+/// bytes.
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
-/// Binds a new task's values for sqlx, in the order of [`INSERT_COLUMNS`]. Each value
-/// is bound as SeaORM binds the same value (sea-query-sqlx), so both paths store the
-/// same bytes.
-fn bind_task<'q, DB>(
+fn bind_row<'q, DB>(
     query: sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>,
     row: &'q task_run::Model,
 ) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>
@@ -170,7 +193,8 @@ where
     uuid::Uuid: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
     &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
     Option<&'q serde_json::Value>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-    i32: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    i16: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
     chrono::DateTime<chrono::Utc>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
 {
     query
@@ -178,25 +202,31 @@ where
         .bind(row.user_id.as_str())
         .bind(row.task_type.as_str())
         .bind(row.resource_key.as_str())
-        .bind(row.status.as_str())
         .bind(row.payload.as_ref())
-        .bind(row.attempts)
         .bind(row.created_at)
         .bind(row.updated_at)
+        .bind(row.run_at)
+        .bind(row.priority)
+        .bind(row.scope.as_str())
+        .bind(row.dedup_window_end)
 }
 
-/// The same values for SeaORM, in the order of [`INSERT_COLUMNS`].
+/// A new task's bound values, in the order of the INSERT statements' placeholders:
+/// id, user_id, task_type, resource_key, payload, created_at, updated_at, run_at,
+/// priority, scope, dedup_window_end (`status` and `attempts` are literals there).
 fn insert_values(row: &task_run::Model) -> Vec<Value> {
     vec![
         row.id.into(),
         row.user_id.clone().into(),
         row.task_type.clone().into(),
         row.resource_key.clone().into(),
-        row.status.as_str().into(),
         row.payload.clone().into(),
-        row.attempts.into(),
         row.created_at.into(),
         row.updated_at.into(),
+        row.run_at.into(),
+        row.priority.into(),
+        row.scope.as_str().into(),
+        row.dedup_window_end.into(),
     ]
 }
 

@@ -1,24 +1,21 @@
 //! [`TaskDedup::find_or_enqueue`]: insert first, read on conflict, never check-then-insert.
 
-use std::hash::BuildHasher;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use uuid::Uuid;
 
-use crate::TaskStatus;
 use crate::connection::DedupConnection;
-use crate::dialect::is_transaction_conflict;
-use crate::dialect::{Dialect, Lookup};
+use crate::dialect::{Dialect, Inserted, is_transaction_conflict};
 use crate::error::DedupError;
-use crate::key::{NewTask, TaskKey};
+use crate::key::TaskKey;
+use crate::task::{NewTask, OnConflict, Scope};
 use crate::task_run;
-use crate::validate;
 
 /// How many inserts `find_or_enqueue` tries before giving up with
-/// [`DedupError::Contention`]. A retry happens only when the conflicting task finished
-/// before it could be read, or (outside a transaction) when the database broke a
-/// deadlock by aborting the insert.
+/// [`DedupError::Contention`]. A retry happens only when the task holding the key let
+/// go of it before it could be read, or (outside a transaction) when the database broke
+/// a deadlock by aborting the insert.
 pub const MAX_ENQUEUE_ATTEMPTS: u32 = 16;
 
 /// What [`TaskDedup::find_or_enqueue`] did.
@@ -26,28 +23,37 @@ pub const MAX_ENQUEUE_ATTEMPTS: u32 = 16;
 pub enum Enqueued {
     /// This call inserted the task.
     Created(task_run::Model),
-    /// A task for the key was already active; this is it, as stored. Nothing was written.
+    /// Another task held the key; this is it, as stored. Nothing was written.
     Existing(task_run::Model),
+    /// [`OnConflict::ReplaceIfQueued`]: the queued task holding the key took this
+    /// request's payload, `run_at` and priority; this is it as it is now stored. Its id,
+    /// scope, attempts and creation time are its own.
+    Replaced(task_run::Model),
 }
 
 impl Enqueued {
-    /// The task, created or existing.
+    /// The task, whatever happened.
     pub fn task(&self) -> &task_run::Model {
         match self {
-            Enqueued::Created(task) | Enqueued::Existing(task) => task,
+            Enqueued::Created(task) | Enqueued::Existing(task) | Enqueued::Replaced(task) => task,
         }
     }
 
-    /// The task, created or existing.
+    /// The task, whatever happened.
     pub fn into_task(self) -> task_run::Model {
         match self {
-            Enqueued::Created(task) | Enqueued::Existing(task) => task,
+            Enqueued::Created(task) | Enqueued::Existing(task) | Enqueued::Replaced(task) => task,
         }
     }
 
     /// Whether this call created the task.
     pub fn is_created(&self) -> bool {
         matches!(self, Enqueued::Created(_))
+    }
+
+    /// Whether this call replaced the payload of a queued task.
+    pub fn is_replaced(&self) -> bool {
+        matches!(self, Enqueued::Replaced(_))
     }
 }
 
@@ -58,22 +64,25 @@ impl Enqueued {
 /// [`DatabaseExecutor`](sea_orm::DatabaseExecutor).
 #[async_trait]
 pub trait TaskDedup {
-    /// Enqueues `task` unless its key already has an active (`queued` or `running`) task,
-    /// and says which happened.
+    /// Enqueues `task` unless another task holds its key, and says which happened.
     ///
-    /// The insert comes first and the database's unique index decides; only on a
-    /// conflict is the active task read and returned as [`Enqueued::Existing`]. Under any
-    /// number of concurrent callers exactly one gets [`Enqueued::Created`]. The created
-    /// path is one statement; the duplicate path writes nothing. Inside a transaction a
-    /// hit leaves the transaction usable (no aborted statement on PostgreSQL).
+    /// Which states hold a key is the task's [`Scope`] (default: `queued` or `running`);
+    /// what a hit does is its [`OnConflict`] (default: return the task as stored). The
+    /// insert comes first and the database's unique index decides; only on a conflict is
+    /// the task holding the key read and returned as [`Enqueued::Existing`] (or updated,
+    /// with `ReplaceIfQueued`). Under any number of concurrent callers exactly one gets
+    /// [`Enqueued::Created`]. The created path is one statement; the duplicate path with
+    /// the default policy writes nothing. Inside a transaction a hit leaves the
+    /// transaction usable (no aborted statement on PostgreSQL).
     ///
-    /// `created_at`/`updated_at` of a new task come from this process's clock; lease
-    /// times come from the database's.
+    /// `created_at`/`updated_at` of a new task, and its `run_at` unless given, come from
+    /// this process's clock; lease times and due times are compared with the database's.
     ///
     /// # Errors
     /// - [`DedupError::InvalidArgument`] when the payload has a NUL character in a
-    ///   string or key (PostgreSQL cannot store it); nothing is written.
-    /// - [`DedupError::Contention`] when the conflicting task kept leaving the active set
+    ///   string or key (PostgreSQL cannot store it) or a period is not whole seconds;
+    ///   nothing is written.
+    /// - [`DedupError::Contention`] when the task holding the key kept letting go of it
     ///   before it could be read, [`MAX_ENQUEUE_ATTEMPTS`] times in a row.
     /// - [`DedupError::TransactionAborted`] inside a transaction the database aborted to
     ///   resolve a deadlock or serialization conflict (e.g. REPEATABLE READ on
@@ -100,45 +109,47 @@ pub trait TaskDedup {
     /// ```
     async fn find_or_enqueue(&self, task: NewTask) -> Result<Enqueued, DedupError>;
 
-    /// The active task of `key`, if there is one.
+    /// The task holding `key` under [`Scope::Active`] or [`Scope::Queued`], if any: the
+    /// one a [`find_or_enqueue`](Self::find_or_enqueue) with either scope would run into.
+    /// (With a queued task behind a running `Queued`-scope task, the queued one.) For
+    /// [`Scope::Period`], see [`find_occupant`](Self::find_occupant).
     ///
     /// # Errors
     /// [`DedupError::Database`].
     async fn find_active(&self, key: &TaskKey) -> Result<Option<task_run::Model>, DedupError>;
+
+    /// The task that `task` would run into if it were enqueued now: for
+    /// [`Scope::Period`], the task of the current period window.
+    ///
+    /// # Errors
+    /// [`DedupError::InvalidArgument`] for a period that is not whole seconds;
+    /// [`DedupError::Database`].
+    async fn find_occupant(&self, task: &NewTask) -> Result<Option<task_run::Model>, DedupError>;
 }
 
 #[async_trait]
 impl<C: DedupConnection> TaskDedup for C {
     async fn find_or_enqueue(&self, task: NewTask) -> Result<Enqueued, DedupError> {
-        let NewTask { key, payload } = task;
-        validate::json("payload", payload.as_ref())?;
+        task.validate()?;
         let dialect = Dialect::of(self)?;
-        let now = task_run::now();
-        let mut row = task_run::Model {
-            id: Uuid::now_v7(),
-            user_id: key.user_id().to_owned(),
-            task_type: key.task_type().to_owned(),
-            resource_key: key.resource_key().to_owned(),
-            status: TaskStatus::Queued,
-            payload,
-            result: None,
-            error: None,
-            attempts: 0,
-            lease_owner: None,
-            lease_expires_at: None,
-            created_at: now,
-            updated_at: now,
-            started_at: None,
-            finished_at: None,
-        };
+        let (key, on_conflict, mut row) = task.into_row();
+        let replace = on_conflict == OnConflict::ReplaceIfQueued;
 
         for attempt in 1..=MAX_ENQUEUE_ATTEMPTS {
-            let found = match dialect.insert_if_absent(self, &row).await {
-                Ok(true) => {
+            let found = match dialect.insert(self, &row, replace).await {
+                Ok(Inserted::Created) => {
                     tracing::debug!(task_id = %row.id, key = %key, attempt, "task created");
                     return Ok(Enqueued::Created(row));
                 }
-                Ok(false) => dialect.find_active(self, &key, Lookup::AfterConflict).await,
+                Ok(Inserted::Replaced(task)) => {
+                    tracing::debug!(task_id = %task.id, key = %key, attempt, "queued task replaced");
+                    return Ok(Enqueued::Replaced(*task));
+                }
+                Ok(Inserted::Held) => {
+                    dialect
+                        .find_occupant(self, &key, row.dedup_window_end, true)
+                        .await
+                }
                 Err(err) => Err(err),
             };
             match found {
@@ -147,9 +158,9 @@ impl<C: DedupConnection> TaskDedup for C {
                     return Ok(Enqueued::Existing(existing));
                 }
                 Ok(None) => {
-                    tracing::debug!(key = %key, attempt, "conflicting task finished before it was read; retrying");
+                    tracing::debug!(key = %key, attempt, "the task holding the key let go before it was read; retrying");
                     // A fresh id, in case what conflicted was the id itself (SQLite's
-                    // DO NOTHING covers the primary key too).
+                    // untargeted ON CONFLICT covers the primary key too).
                     row.id = Uuid::now_v7();
                 }
                 // The insert or the locking read after it (InnoDB) was the victim.
@@ -173,14 +184,23 @@ impl<C: DedupConnection> TaskDedup for C {
 
     async fn find_active(&self, key: &TaskKey) -> Result<Option<task_run::Model>, DedupError> {
         let dialect = Dialect::of(self)?;
-        Ok(dialect.find_active(self, key, Lookup::Plain).await?)
+        let window_end = Scope::Active.window_end(task_run::now());
+        Ok(dialect.find_occupant(self, key, window_end, false).await?)
+    }
+
+    async fn find_occupant(&self, task: &NewTask) -> Result<Option<task_run::Model>, DedupError> {
+        task.validate()?;
+        let dialect = Dialect::of(self)?;
+        let window_end = task.scope.window_end(task_run::now());
+        Ok(dialect
+            .find_occupant(self, &task.key, window_end, false)
+            .await?)
     }
 }
 
 /// A random pause of up to 2^attempt ms (capped at 64 ms), so that callers a deadlock
 /// aborted together do not collide again.
 fn backoff(attempt: u32) -> Duration {
-    let ceiling_ms = 1u64 << attempt.min(6);
-    let jitter = std::collections::hash_map::RandomState::new().hash_one(attempt);
-    Duration::from_micros(jitter % (ceiling_ms * 1_000))
+    let ceiling_micros = (1u64 << attempt.min(6)) * 1_000;
+    Duration::from_micros(rand::random_range(0..ceiling_micros))
 }

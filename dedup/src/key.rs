@@ -1,4 +1,4 @@
-//! [`TaskKey`] and [`NewTask`]: validated input, checked before any SQL runs.
+//! [`TaskKey`]: the dedup key, validated before any SQL runs.
 
 use std::fmt;
 
@@ -84,36 +84,5 @@ impl fmt::Display for TaskKey {
             "({:?}, {:?}, {:?})",
             self.user_id, self.task_type, self.resource_key
         )
-    }
-}
-
-/// A task to enqueue: its key and an optional JSON payload.
-#[derive(Clone, Debug, PartialEq)]
-pub struct NewTask {
-    pub(crate) key: TaskKey,
-    pub(crate) payload: Option<serde_json::Value>,
-}
-
-impl NewTask {
-    /// A task for `key`, without payload.
-    pub fn new(key: TaskKey) -> NewTask {
-        NewTask { key, payload: None }
-    }
-
-    /// Attaches the caller's input. On a dedup hit the payload of the task already in
-    /// flight is kept; this one is not stored.
-    pub fn with_payload(mut self, payload: serde_json::Value) -> NewTask {
-        self.payload = Some(payload);
-        self
-    }
-
-    /// The task's key.
-    pub fn key(&self) -> &TaskKey {
-        &self.key
-    }
-
-    /// The task's payload.
-    pub fn payload(&self) -> Option<&serde_json::Value> {
-        self.payload.as_ref()
     }
 }

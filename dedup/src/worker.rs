@@ -2,21 +2,22 @@
 //!
 //! Every transition is a compare-and-set on `status` (and on `lease_owner` where a
 //! lease applies) in one statement, or on MySQL/MariaDB in one short transaction. A
-//! transition that does not apply changes nothing and says why.
+//! transition that does not apply changes nothing and says why; one that already took
+//! effect for the same caller returns the stored outcome, so a call repeated after a lost
+//! connection is safe.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sea_orm::sea_query::{Expr, ExprTrait, Query, UpdateStatement};
-use sea_orm::{EntityTrait, Value};
-use task_dedup_entity::active_status_sql;
+use sea_orm::{DbErr, TransactionSession, TransactionTrait};
 use uuid::Uuid;
 
 use crate::TaskStatus;
 use crate::connection::DedupConnection;
-use crate::dialect::Dialect;
-use crate::error::{DedupError, InvalidReason, Transition};
-use crate::task_run::{self, Column};
+use crate::dialect::{Dialect, Statements};
+use crate::error::{DedupError, Transition};
+use crate::retry::{Retry, RetryPolicy};
+use crate::task_run;
 use crate::validate;
 
 /// What [`TaskWorker::reap_expired`] did.
@@ -24,25 +25,32 @@ use crate::validate;
 pub struct ReapReport {
     /// Running tasks whose lease expired, returned to `queued` for another attempt.
     pub requeued: u64,
-    /// Running tasks whose lease expired after their last allowed attempt, now `failed`.
+    /// Running tasks whose lease expired on their last allowed attempt (or that could not
+    /// be requeued), now `failed`.
     pub failed: u64,
 }
 
-/// The worker side: claim queued tasks under a lease, keep the lease alive, finish
-/// tasks, reap the leases of crashed workers and prune old history.
+/// The worker side: claim queued tasks under a lease, keep the lease alive, finish or
+/// retry tasks, reap the leases of crashed workers and prune old history.
 ///
-/// Lease times come from the database's clock, so workers on several machines agree.
-/// Implemented for the same handles as [`TaskDedup`](crate::TaskDedup).
+/// Lease and due times come from the database's clock, so workers on several machines
+/// agree. Implemented for the same handles as [`TaskDedup`](crate::TaskDedup).
 #[async_trait]
 pub trait TaskWorker {
-    /// Atomically moves the oldest `queued` task (of `task_types`, or of any type when
-    /// empty) to `running`, owned by `worker_id` until now + `lease`. Increments
-    /// `attempts` and sets `started_at`. Each queued task goes to exactly one worker.
-    /// `None` when nothing is queued.
+    /// Atomically moves the next due `queued` task (of `task_types`, or of any type when
+    /// empty) to `running`, owned by `worker_id` until now + `lease`: the highest
+    /// priority first, then the oldest `run_at`, then the oldest task; a task whose
+    /// `run_at` is in the future is not due. Increments `attempts` and sets `started_at`.
+    /// Each queued task goes to exactly one worker. `None` when nothing is due.
+    ///
+    /// A claim lost with its connection is not retried by the library: it may have taken
+    /// effect, and its task then comes back when the lease expires and the reaper
+    /// requeues it.
     ///
     /// # Errors
     /// [`DedupError::InvalidArgument`] for an empty or over-long worker id or task type,
-    /// or a lease of zero or over [`MAX_LEASE`](crate::MAX_LEASE); [`DedupError::Database`].
+    /// or a lease of zero or over [`MAX_LEASE`](crate::MAX_LEASE);
+    /// [`DedupError::Database`].
     async fn claim(
         &self,
         worker_id: &str,
@@ -54,8 +62,9 @@ pub trait TaskWorker {
     ///
     /// # Errors
     /// [`DedupError::NotFound`]; [`DedupError::InvalidTransition`] when the task is not
-    /// running (for instance the reaper requeued it); [`DedupError::LeaseNotHeld`] when
-    /// another worker holds it now; as [`claim`](Self::claim) for the arguments.
+    /// running (it finished, was cancelled, or the reaper requeued it);
+    /// [`DedupError::LeaseNotHeld`] when another worker holds it now; as
+    /// [`claim`](Self::claim) for the arguments.
     async fn heartbeat(
         &self,
         id: Uuid,
@@ -63,7 +72,8 @@ pub trait TaskWorker {
         lease: Duration,
     ) -> Result<task_run::Model, DedupError>;
 
-    /// `running` → `succeeded` with `result`, releasing the key.
+    /// `running` → `succeeded` with `result`, releasing the key (unless its scope is a
+    /// period window). Repeated by the same worker, returns the stored outcome.
     ///
     /// # Errors
     /// As [`heartbeat`](Self::heartbeat); [`DedupError::InvalidArgument`] when `result`
@@ -75,38 +85,54 @@ pub trait TaskWorker {
         result: Option<serde_json::Value>,
     ) -> Result<task_run::Model, DedupError>;
 
-    /// `running` → `failed` with `error`, releasing the key.
+    /// Ends a failed attempt. [`Retry::Never`]: `running` → `failed` with `error`,
+    /// releasing the key. [`Retry::After`]: `running` → `queued` with `error` and `run_at`
+    /// that far in the future (by the database's clock), in one statement, so the key
+    /// stays held throughout and no duplicate can slip in. Use
+    /// [`RetryPolicy::after_attempt`] with the task's `attempts` for exponential backoff
+    /// with an attempt limit.
+    ///
+    /// A [`Scope::Queued`](crate::Scope::Queued) task may have a follow-up queued behind
+    /// it; then it is not retried but fails for good, its error saying so: the follow-up
+    /// does the work. Repeated by the same worker, returns the stored outcome.
     ///
     /// # Errors
     /// As [`heartbeat`](Self::heartbeat); [`DedupError::InvalidArgument`] when `error`
-    /// has a NUL byte or more than [`ERROR_MAX_CHARS`](crate::task_run::ERROR_MAX_CHARS)
-    /// characters.
+    /// has a NUL byte or more than
+    /// [`ERROR_MAX_CHARS`](crate::task_run::ERROR_MAX_CHARS) characters, or the delay
+    /// does not fit in microseconds.
     async fn fail(
         &self,
         id: Uuid,
         worker_id: &str,
         error: &str,
+        retry: Retry,
     ) -> Result<task_run::Model, DedupError>;
 
     /// `queued` or `running` → `cancelled` with `reason` in `error`, releasing the key.
     /// Needs no lease: cancelling is the application's decision, not a worker's.
+    /// Cancelling a cancelled task returns it as stored.
     ///
     /// # Errors
     /// [`DedupError::NotFound`]; [`DedupError::InvalidTransition`] when the task already
-    /// finished; [`DedupError::InvalidArgument`] for a `reason` as `fail` rejects.
+    /// finished otherwise; [`DedupError::InvalidArgument`] for a `reason` as `fail`
+    /// rejects.
     async fn cancel(&self, id: Uuid, reason: &str) -> Result<task_run::Model, DedupError>;
 
-    /// Returns `running` tasks whose lease expired to `queued` (lease cleared), or marks
-    /// them `failed` once `attempts` reached `max_attempts`. A heartbeat that extended
-    /// the lease first wins: the task stays with its worker.
+    /// Returns `running` tasks whose lease expired to `queued` (lease cleared) after the
+    /// backoff `policy` gives for their attempts, or marks them `failed` once `attempts`
+    /// reached `policy.max_attempts`. A heartbeat that extended the lease first wins: the
+    /// task stays with its worker. Safe to run from every worker at once: each task is
+    /// reaped by exactly one of them. At most 100 tasks per call.
     ///
     /// # Errors
-    /// [`DedupError::InvalidArgument`] when `max_attempts < 1`; [`DedupError::Database`].
-    async fn reap_expired(&self, max_attempts: i32) -> Result<ReapReport, DedupError>;
+    /// [`DedupError::InvalidArgument`] for an invalid policy; [`DedupError::Database`].
+    async fn reap_expired(&self, policy: &RetryPolicy) -> Result<ReapReport, DedupError>;
 
     /// Deletes finished tasks (`succeeded`, `failed`, `cancelled`) whose `finished_at`
-    /// is older than `older_than`. Never touches an active task. Returns how many rows
-    /// it deleted.
+    /// is older than `older_than`, except period-scoped tasks whose window is not over
+    /// (they still hold it). Never touches an active task. Returns how many rows it
+    /// deleted.
     ///
     /// # Errors
     /// [`DedupError::InvalidArgument`] when `older_than` does not fit in microseconds;
@@ -114,11 +140,16 @@ pub trait TaskWorker {
     async fn prune_finished(&self, older_than: Duration) -> Result<u64, DedupError>;
 }
 
-/// Who may perform a transition.
+/// Who may perform a transition, and what its effect looks like once it took effect.
+#[derive(Clone, Copy)]
 enum Guard<'a> {
-    /// The task is running under this worker's lease.
-    LeaseHolder(&'a str),
-    /// The task is active; no lease needed.
+    /// The task is running under this worker's lease; afterwards it is in one of the
+    /// `done` states with this worker recorded as `lease_owner`.
+    LeaseHolder {
+        worker_id: &'a str,
+        done: &'static [TaskStatus],
+    },
+    /// The task is queued or running; afterwards it is `cancelled`.
     Active,
 }
 
@@ -152,18 +183,19 @@ impl<C: DedupConnection> TaskWorker for C {
         validate::worker_id(worker_id)?;
         let lease_micros = validate::lease_micros(lease)?;
         let dialect = Dialect::of(self)?;
-        let update = Query::update()
-            .table(task_run::Entity)
-            .value(Column::LeaseExpiresAt, dialect.now_plus(lease_micros))
-            .value(Column::UpdatedAt, dialect.now())
-            .to_owned();
+        let values = vec![dialect.duration(lease_micros), id.into(), worker_id.into()];
+        let guard = Guard::LeaseHolder {
+            worker_id,
+            done: &[TaskStatus::Running],
+        };
         transition(
             self,
             dialect,
             Transition::Heartbeat,
             id,
-            Guard::LeaseHolder(worker_id),
-            update,
+            guard,
+            |s| s.heartbeat,
+            values,
         )
         .await
     }
@@ -177,16 +209,19 @@ impl<C: DedupConnection> TaskWorker for C {
         validate::worker_id(worker_id)?;
         validate::json("result", result.as_ref())?;
         let dialect = Dialect::of(self)?;
-        let update = finish(dialect, TaskStatus::Succeeded)
-            .value(Column::Result, result)
-            .to_owned();
+        let values = vec![result.into(), id.into(), worker_id.into()];
+        let guard = Guard::LeaseHolder {
+            worker_id,
+            done: &[TaskStatus::Succeeded],
+        };
         transition(
             self,
             dialect,
             Transition::Complete,
             id,
-            Guard::LeaseHolder(worker_id),
-            update,
+            guard,
+            |s| s.complete,
+            values,
         )
         .await
     }
@@ -196,70 +231,116 @@ impl<C: DedupConnection> TaskWorker for C {
         id: Uuid,
         worker_id: &str,
         error: &str,
+        retry: Retry,
     ) -> Result<task_run::Model, DedupError> {
         validate::worker_id(worker_id)?;
         validate::error_text("error", error)?;
         let dialect = Dialect::of(self)?;
-        let update = finish(dialect, TaskStatus::Failed)
-            .value(Column::Error, error)
-            .to_owned();
-        transition(
-            self,
+        let final_failure = |error: String| {
+            let values = vec![error.into(), id.into(), worker_id.into()];
+            let guard = Guard::LeaseHolder {
+                worker_id,
+                done: FAILED_OR_RETRIED,
+            };
+            transition(
+                self,
+                dialect,
+                Transition::Fail,
+                id,
+                guard,
+                |s| s.fail,
+                values,
+            )
+        };
+        let Retry::After(delay) = retry else {
+            return final_failure(error.to_owned()).await;
+        };
+        let delay_micros = validate::micros("retry", delay)?;
+        let values = vec![
+            error.into(),
+            dialect.duration(delay_micros),
+            id.into(),
+            worker_id.into(),
+        ];
+        let guard = Guard::LeaseHolder {
+            worker_id,
+            done: FAILED_OR_RETRIED,
+        };
+        // In a savepoint (or a short transaction on a pool): on PostgreSQL a unique
+        // violation would otherwise abort the caller's transaction.
+        let txn = self.begin().await.map_err(DedupError::from)?;
+        match transition(
+            &txn,
             dialect,
             Transition::Fail,
             id,
-            Guard::LeaseHolder(worker_id),
-            update,
+            guard,
+            |s| s.retry,
+            values,
         )
         .await
+        {
+            Err(DedupError::Database(err)) if dialect.is_held_key_violation(&err) => {
+                txn.rollback().await?;
+                tracing::info!(task_id = %id, "not retried: a follow-up of this key is queued");
+                final_failure(not_retried(error)).await
+            }
+            outcome => {
+                txn.commit().await?;
+                outcome
+            }
+        }
     }
 
     async fn cancel(&self, id: Uuid, reason: &str) -> Result<task_run::Model, DedupError> {
         validate::error_text("reason", reason)?;
         let dialect = Dialect::of(self)?;
-        let update = finish(dialect, TaskStatus::Cancelled)
-            .value(Column::Error, reason)
-            .to_owned();
-        transition(self, dialect, Transition::Cancel, id, Guard::Active, update).await
+        let values = vec![reason.into(), id.into()];
+        transition(
+            self,
+            dialect,
+            Transition::Cancel,
+            id,
+            Guard::Active,
+            |s| s.cancel,
+            values,
+        )
+        .await
     }
 
-    async fn reap_expired(&self, max_attempts: i32) -> Result<ReapReport, DedupError> {
-        if max_attempts < 1 {
-            return Err(DedupError::InvalidArgument {
-                name: "max_attempts",
-                reason: InvalidReason::OutOfRange("at least 1"),
-            });
-        }
+    async fn reap_expired(&self, policy: &RetryPolicy) -> Result<ReapReport, DedupError> {
+        policy.validate()?;
         let dialect = Dialect::of(self)?;
-        let expired = |update: &mut UpdateStatement| {
-            update
-                .and_where(Expr::col(Column::Status).eq(TaskStatus::Running.as_str()))
-                .and_where(Expr::col(Column::LeaseExpiresAt).lt(dialect.now()));
-        };
-        let mut fail = finish(dialect, TaskStatus::Failed)
-            .value(
-                Column::Error,
-                format!(
-                    "lease expired on the last allowed attempt (max_attempts = {max_attempts})"
-                ),
-            )
-            .and_where(Expr::col(Column::Attempts).gte(max_attempts))
-            .to_owned();
-        expired(&mut fail);
-        let mut requeue = Query::update()
-            .table(task_run::Entity)
-            .value(Column::Status, TaskStatus::Queued.as_str())
-            .value(Column::LeaseOwner, Value::String(None))
-            .value(Column::LeaseExpiresAt, Value::ChronoDateTimeUtc(None))
-            .value(Column::UpdatedAt, dialect.now())
-            .and_where(Expr::col(Column::Attempts).lt(max_attempts))
-            .to_owned();
-        expired(&mut requeue);
-
-        let report = ReapReport {
-            failed: self.execute(&fail).await?.rows_affected(),
-            requeued: self.execute(&requeue).await?.rows_affected(),
-        };
+        let mut report = ReapReport::default();
+        let last_attempt = format!(
+            "lease expired on the last allowed attempt (max_attempts = {})",
+            policy.max_attempts
+        );
+        for (id, attempts) in dialect.expired(self).await? {
+            let requeued = match policy.after_attempt(attempts) {
+                Retry::Never => false,
+                Retry::After(delay) => {
+                    let delay = dialect.duration(validate::micros("retry", delay)?);
+                    match requeue(self, dialect, id, delay).await {
+                        Ok(requeued) => {
+                            report.requeued += u64::from(requeued);
+                            continue;
+                        }
+                        Err(err) if dialect.is_held_key_violation(&err) => true,
+                        Err(err) => return Err(err.into()),
+                    }
+                }
+            };
+            let error = if requeued {
+                not_retried("lease expired")
+            } else {
+                last_attempt.clone()
+            };
+            let failed = dialect
+                .reap(self, |s| s.reap_fail, vec![error.into(), id.into()])
+                .await?;
+            report.failed += u64::from(failed);
+        }
         if report != ReapReport::default() {
             tracing::info!(
                 requeued = report.requeued,
@@ -273,67 +354,85 @@ impl<C: DedupConnection> TaskWorker for C {
     async fn prune_finished(&self, older_than: Duration) -> Result<u64, DedupError> {
         let micros = validate::micros("older_than", older_than)?;
         let dialect = Dialect::of(self)?;
-        let delete = Query::delete()
-            .from_table(task_run::Entity)
-            .and_where(Expr::cust(active_status_sql()).not())
-            .and_where(Expr::col(Column::FinishedAt).lt(dialect.now_plus(-micros)))
-            .to_owned();
-        let pruned = self.execute(&delete).await?.rows_affected();
+        let pruned = dialect.prune(self, micros).await?;
         tracing::debug!(pruned, "finished tasks pruned");
         Ok(pruned)
     }
 }
 
-/// The common part of every transition out of the active set: new status, the
-/// database's clock in `finished_at`/`updated_at`, lease expiry cleared. `lease_owner`
-/// stays, as a record of who ran it.
-fn finish(dialect: Dialect, status: TaskStatus) -> UpdateStatement {
-    Query::update()
-        .table(task_run::Entity)
-        .value(Column::Status, status.as_str())
-        .value(Column::FinishedAt, dialect.now())
-        .value(Column::UpdatedAt, dialect.now())
-        .value(Column::LeaseExpiresAt, Value::ChronoDateTimeUtc(None))
-        .to_owned()
+/// Where `fail` leaves a task, whichever way it went.
+const FAILED_OR_RETRIED: &[TaskStatus] = &[TaskStatus::Failed, TaskStatus::Queued];
+
+/// The error of a task that failed for good because a follow-up of its key is queued.
+fn not_retried(error: &str) -> String {
+    format!("{error} (not retried: another task of this key is queued and will do the work)")
 }
 
-/// Applies `update` to task `id` if `guard` holds; otherwise reads the row to say why
-/// not. The read only explains a refusal; the decision was the UPDATE's.
-async fn transition<C: DedupConnection>(
+/// Requeues expired task `id` after `delay`, in a savepoint or short transaction (a
+/// unique violation must not abort a caller's transaction on PostgreSQL). Whether it
+/// applied.
+async fn requeue<C: DedupConnection>(
+    db: &C,
+    dialect: Dialect,
+    id: Uuid,
+    delay: sea_orm::Value,
+) -> Result<bool, DbErr> {
+    let txn = db.begin().await?;
+    match dialect
+        .reap(&txn, |s| s.reap_requeue, vec![delay, id.into()])
+        .await
+    {
+        Ok(requeued) => {
+            txn.commit().await?;
+            Ok(requeued)
+        }
+        Err(err) => {
+            txn.rollback().await?;
+            Err(err)
+        }
+    }
+}
+
+/// Applies the transition `pick` selects to task `id` if `guard` holds; otherwise reads
+/// the row to say why not, or, when the transition already took effect for this caller
+/// (a call repeated after a lost connection), returns the row as stored. The read only
+/// explains a refusal; the decision was the UPDATE's.
+async fn transition<C: sea_orm::ConnectionTrait + TransactionTrait>(
     db: &C,
     dialect: Dialect,
     transition: Transition,
     id: Uuid,
     guard: Guard<'_>,
-    mut update: UpdateStatement,
+    pick: fn(&Statements) -> &'static str,
+    values: Vec<sea_orm::Value>,
 ) -> Result<task_run::Model, DedupError> {
-    match guard {
-        Guard::LeaseHolder(worker_id) => update
-            .and_where(Expr::col(Column::Status).eq(TaskStatus::Running.as_str()))
-            .and_where(Expr::col(Column::LeaseOwner).eq(worker_id)),
-        Guard::Active => update.and_where(Expr::cust(active_status_sql())),
-    };
-    if let Some(task) = dialect.update_returning(db, update, id).await? {
+    if let Some(task) = dialect.transition(db, pick, values, id).await? {
         tracing::debug!(task_id = %id, %transition, status = %task.status, "task transitioned");
         return Ok(task);
     }
-    let current = task_run::Entity::find_by_id(id).one(db).await?;
-    Err(match current {
-        None => DedupError::NotFound { id },
-        Some(task) => match guard {
-            Guard::LeaseHolder(worker_id) if task.status == TaskStatus::Running => {
-                DedupError::LeaseNotHeld {
-                    id,
-                    transition,
-                    worker_id: worker_id.to_owned(),
-                    holder: task.lease_owner,
-                }
-            }
-            _ => DedupError::InvalidTransition {
+    let Some(task) = dialect.by_id(db, id).await? else {
+        return Err(DedupError::NotFound { id });
+    };
+    match guard {
+        Guard::LeaseHolder { worker_id, done }
+            if done.contains(&task.status) && task.lease_owner.as_deref() == Some(worker_id) =>
+        {
+            tracing::debug!(task_id = %id, %transition, "already done by this worker");
+            Ok(task)
+        }
+        Guard::Active if task.status == TaskStatus::Cancelled => Ok(task),
+        Guard::LeaseHolder { worker_id, .. } if task.status == TaskStatus::Running => {
+            Err(DedupError::LeaseNotHeld {
                 id,
                 transition,
-                status: task.status,
-            },
-        },
-    })
+                worker_id: worker_id.to_owned(),
+                holder: task.lease_owner,
+            })
+        }
+        _ => Err(DedupError::InvalidTransition {
+            id,
+            transition,
+            status: task.status,
+        }),
+    }
 }

@@ -1,15 +1,19 @@
 //! The `task_run` entity of [task-dedup](https://docs.rs/task-dedup) and its [`TaskStatus`].
 //!
-//! One row is one task. At most one row per `(user_id, task_type, resource_key)` is
-//! *active* ([`TaskStatus::Queued`] or [`TaskStatus::Running`]); the database enforces
-//! that with the `task_active_resource_uidx` index created by `task-dedup-migration`.
+//! One row is one task. A task *holds* its key `(user_id, task_type, resource_key)`
+//! according to the [`TaskScope`] it was created with: while it is `queued` or `running`
+//! (the default), only while `queued`, or for a period window whatever its status. At
+//! most one row holds a key at a time; the database enforces that with the
+//! `task_active_resource_uidx` index created by `task-dedup-migration`.
 //!
-//! [`active_status_sql`] is the single definition of "active" in SQL. The index
-//! predicate, the MySQL marker column, the `ON CONFLICT` target and every lookup are
-//! built from it, so they cannot disagree.
+//! [`occupies_key_sql!`] is the single definition of "holds its key" in SQL: the index
+//! predicate, the MySQL generated column, the `ON CONFLICT` target and every lookup use
+//! its text, so they cannot disagree. [`active_status_sql`] is "queued or running".
 
 pub mod prelude;
+mod scope;
 mod status;
 pub mod task_run;
 
+pub use scope::{OCCUPIES_KEY_SQL, TaskScope};
 pub use status::{TaskStatus, active_status_sql};

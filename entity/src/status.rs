@@ -88,14 +88,8 @@ static ACTIVE_STATUS_SQL: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// `status IN ('queued', 'running')`: the active set as an SQL predicate, valid on
-/// SQLite, PostgreSQL and MySQL/MariaDB.
-///
-/// The values are literals on purpose: PostgreSQL infers the partial index of an
-/// `ON CONFLICT` target only from a predicate it can prove at plan time, which bound
-/// values stop being once a cached statement gets a generic plan; and its lookups only
-/// use the partial index when the plan sees the literal values. Use this wherever SQL
-/// means "active" (the index, the MySQL marker column, the conflict target, the
-/// lookups) so they never disagree.
+/// SQLite, PostgreSQL and MySQL/MariaDB. Whether a task holds its key depends on its
+/// scope as well: that is [`occupies_key_sql!`](crate::occupies_key_sql).
 pub fn active_status_sql() -> &'static str {
     &ACTIVE_STATUS_SQL
 }

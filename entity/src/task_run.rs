@@ -4,7 +4,7 @@ use chrono::Timelike;
 use sea_orm::entity::prelude::*;
 use serde::{Deserialize, Serialize};
 
-pub use crate::TaskStatus;
+pub use crate::{TaskScope, TaskStatus};
 
 /// Maximum length of [`Model::user_id`], in characters.
 pub const USER_ID_MAX_CHARS: usize = 64;
@@ -16,6 +16,8 @@ pub const RESOURCE_KEY_MAX_CHARS: usize = 255;
 pub const LEASE_OWNER_MAX_CHARS: usize = 64;
 /// Maximum length of [`Model::status`], in characters (the longest status is 9).
 pub const STATUS_MAX_CHARS: usize = 16;
+/// Maximum length of [`Model::scope`], in characters.
+pub const SCOPE_MAX_CHARS: usize = 16;
 /// Maximum length of [`Model::error`] (a failure message or cancellation reason), in
 /// characters: MySQL's `TEXT` holds 65,535 bytes, which is 16,383 characters of 4-byte
 /// UTF-8.
@@ -29,16 +31,20 @@ pub const ACTIVE_RESOURCE_UIDX: &str = "task_active_resource_uidx";
 /// The library writes its own timestamps with this, so a [`Model`] built in memory equals
 /// the row read back from any dialect.
 pub fn now() -> DateTimeUtc {
-    let now = chrono::Utc::now();
-    now.with_nanosecond(now.nanosecond() / 1_000 * 1_000)
-        .unwrap_or(now)
+    micros(chrono::Utc::now())
+}
+
+/// `time` at the precision the timestamp columns store: microseconds, the rest dropped.
+pub fn micros(time: DateTimeUtc) -> DateTimeUtc {
+    time.with_nanosecond(time.nanosecond() / 1_000 * 1_000)
+        .unwrap_or(time)
 }
 
 /// One task.
 ///
 /// Timestamps are UTC with microsecond precision on every dialect. The MySQL/MariaDB
-/// generated column that backs the unique index is a storage detail and not part of
-/// this model.
+/// generated column that backs the unique index (`occupied`) is a storage detail and not
+/// part of this model.
 #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel, Serialize, Deserialize)]
 #[sea_orm(table_name = "task_run")]
 pub struct Model {
@@ -73,6 +79,17 @@ pub struct Model {
     pub started_at: Option<DateTimeUtc>,
     /// When the task left the active set.
     pub finished_at: Option<DateTimeUtc>,
+    /// Not claimable before this instant (the database's clock decides). A task enqueued
+    /// without one gets its `created_at`; a retry gets the time its backoff ends.
+    pub run_at: DateTimeUtc,
+    /// Higher is claimed first; ties go to the oldest `run_at`, then the oldest task.
+    pub priority: i16,
+    /// Which of its states hold the key.
+    pub scope: TaskScope,
+    /// [`TaskScope::Period`]: the end of the task's period window, in seconds since the
+    /// Unix epoch (the window is `[end - period, end)`, and its start is the creation
+    /// time truncated to the period). 0 for the other scopes. Part of the unique key.
+    pub dedup_window_end: i64,
 }
 
 /// `task_run` has no relations.

@@ -14,13 +14,21 @@
 //! Released migration files are frozen: each states its DDL as released, per dialect,
 //! and never changes. Schema changes come as new files.
 //!
-//! How each dialect enforces "at most one active task per key":
-//! PostgreSQL and SQLite use a partial unique index
-//! `(user_id, task_type, resource_key) WHERE status IN ('queued', 'running')`.
-//! MySQL/MariaDB have no partial indexes: a stored generated column `active_marker` is 1
-//! while the row is active and NULL otherwise, and the unique index covers the key plus
-//! that column (a unique index admits any number of NULLs). Key columns are `VARBINARY`
-//! there so that keys compare byte for byte, as on the other two dialects.
+//! How each dialect enforces "at most one task holds a key": PostgreSQL and SQLite use a
+//! partial unique index over `(user_id, task_type, resource_key, dedup_window_end)` whose
+//! predicate is "the row holds its key" (`queued` or `running` for scope `active`,
+//! `queued` for scope `queued`, always for scope `period`). MySQL/MariaDB have no
+//! partial indexes: a stored generated column `occupied` is 1 while the row holds its
+//! key and NULL otherwise, and the unique index covers the key, the window and that
+//! column (a unique index admits any number of NULLs). Key columns are `VARBINARY` there
+//! so that keys compare byte for byte, as on the other two dialects.
+//!
+//! | migration | what |
+//! |---|---|
+//! | `m20261130_000001_task_dedup_create_task_run` | the table, its lookup and claim indexes (0.1.0) |
+//! | `m20261130_000002_task_dedup_active_resource_uidx` | the unique index, after resolving old duplicates (0.1.0) |
+//! | `m20261130_000003_task_dedup_scheduling` | `run_at`, `priority`, the claim index for their order |
+//! | `m20261130_000004_task_dedup_scopes` | `scope`, `dedup_window_end`, the unique index rebuilt to read them |
 //!
 //! # Features
 //! - `sqlite`, `postgres`, `mysql` (all default): the dialects, forwarded to
@@ -52,6 +60,8 @@ pub use sea_orm_migration::prelude::*;
 mod compat;
 mod m20261130_000001_task_dedup_create_task_run;
 mod m20261130_000002_task_dedup_active_resource_uidx;
+mod m20261130_000003_task_dedup_scheduling;
+mod m20261130_000004_task_dedup_scopes;
 mod sql;
 
 pub use compat::{ColumnProblem, CompatReport, SchemaError, ensure_schema};
@@ -64,6 +74,8 @@ pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
     vec![
         Box::new(m20261130_000001_task_dedup_create_task_run::Migration),
         Box::new(m20261130_000002_task_dedup_active_resource_uidx::Migration),
+        Box::new(m20261130_000003_task_dedup_scheduling::Migration),
+        Box::new(m20261130_000004_task_dedup_scopes::Migration),
     ]
 }
 

@@ -70,3 +70,36 @@ pub(crate) async fn create_index_if_missing(
     run(manager, &[sql]).await?;
     Ok(true)
 }
+
+/// The columns of index `index` on `task_run`, in index order; empty when it does not
+/// exist. Lets a migration tell an index it must replace from the one it creates.
+pub(crate) async fn index_columns(
+    manager: &SchemaManager<'_>,
+    dialect: Dialect,
+    index: &str,
+) -> Result<Vec<String>, DbErr> {
+    let sql = match dialect {
+        Dialect::Sqlite => "SELECT name FROM pragma_index_info(?) ORDER BY seqno",
+        Dialect::Postgres => {
+            "SELECT a.attname::text AS name FROM pg_index i \
+             JOIN pg_class c ON c.oid = i.indexrelid \
+             JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) \
+             WHERE i.indrelid = 'task_run'::regclass AND c.relname = $1 \
+             ORDER BY array_position(i.indkey, a.attnum)"
+        }
+        Dialect::MySql => {
+            "SELECT CAST(COLUMN_NAME AS CHAR) AS name FROM information_schema.STATISTICS \
+             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'task_run' AND INDEX_NAME = ? \
+             ORDER BY SEQ_IN_INDEX"
+        }
+    };
+    let rows = manager
+        .get_connection()
+        .query_all_raw(Statement::from_sql_and_values(
+            dialect.backend(),
+            sql,
+            [index.into()],
+        ))
+        .await?;
+    rows.iter().map(|row| row.try_get("", "name")).collect()
+}

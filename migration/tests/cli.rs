@@ -220,9 +220,9 @@ async fn url_comes_from_flag_then_environment_then_dotenv() {
     assert_eq!(tables(&dotenv, "public").await, MIGRATED);
     assert_eq!(dir.files(), [".env"], "no SQLite file appeared");
 
-    // down rolls back on the database named, and only there.
-    migrate(dir.path(), &["down", "-n", "2"], &[]);
-    assert_eq!(tables(&dotenv, "public").await, ["task_dedup_migrations"]);
+    // reset rolls back on the database named, and only there.
+    migrate(dir.path(), &["reset"], &[]);
+    assert!(tables(&dotenv, "public").await.is_empty());
     assert_eq!(tables(&flag, "public").await, MIGRATED);
     dbs.drop_all().await;
 }

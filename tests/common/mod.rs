@@ -134,6 +134,17 @@ impl TestDb {
             .expect("migrations apply");
     }
 
+    /// Removes the dedup guarantee from a migrated `task_run`, as a table made by hand
+    /// or by a read-then-insert release would be: the unique index goes.
+    /// `task_dedup_migration::ensure_schema` brings it back.
+    pub async fn drop_unique_index(&self) {
+        self.exec(match self.dialect {
+            Dialect::MySql => "ALTER TABLE task_run DROP INDEX task_active_resource_uidx",
+            Dialect::Sqlite | Dialect::Postgres => "DROP INDEX task_active_resource_uidx",
+        })
+        .await;
+    }
+
     /// Another pool on the same database, of `max_connections` connections, all opened
     /// up front so a race starts with every caller on its own live connection.
     ///

@@ -1,20 +1,38 @@
-//! The dialect seam: every statement whose SQL differs between SQLite, PostgreSQL and
-//! MySQL/MariaDB is reached through [`Dialect`], with one file per dialect holding the
-//! same functions in the same order (`insert_if_absent`, `find_active`, `claim`, clock
-//! expressions). Statements that are the same everywhere live here, built once.
+//! The dialect seam. Each dialect's file holds its statements as whole SQL texts, in the
+//! same order ([`Statements`]), with the error codes it classifies; the flows that run
+//! them live here, once. The only fragments spliced into the statements are the column
+//! list ([`columns!`]) and the predicate "holds its key"
+//! ([`occupies_key_sql!`](task_dedup_entity::occupies_key_sql)).
 
-use std::sync::LazyLock;
-
-use sea_orm::sea_query::{Expr, ExprTrait, IntoColumnRef, Query, ReturningClause, UpdateStatement};
 use sea_orm::{
-    ConnectionTrait, DbBackend, DbErr, FromQueryResult, Iterable, QueryResult, Statement,
-    TransactionSession, TransactionTrait, Value,
+    ConnectionTrait, DbBackend, DbErr, FromQueryResult, QueryResult, Statement, TransactionSession,
+    TransactionTrait, Value,
 };
-use task_dedup_entity::{TaskStatus, active_status_sql};
+use uuid::Uuid;
 
 use crate::connection::{self, DedupConnection};
 use crate::key::TaskKey;
-use crate::task_run::{self, Column};
+use crate::task_run;
+
+/// Every column of `task_run` the entity maps, in table order: what lookups select and
+/// writes return. (The MySQL/MariaDB generated column stays out.)
+macro_rules! columns {
+    () => {
+        "id, user_id, task_type, resource_key, status, payload, result, error, attempts, \
+         lease_owner, lease_expires_at, created_at, updated_at, started_at, finished_at, \
+         run_at, priority, scope, dedup_window_end"
+    };
+}
+
+/// The columns a new task is inserted with: `status` and `attempts` are literals
+/// (`'queued'`, `0`) in the statements, the others are bound in this order by
+/// `connection::insert_binds`.
+macro_rules! insert_columns {
+    () => {
+        "id, user_id, task_type, resource_key, status, payload, attempts, created_at, \
+         updated_at, run_at, priority, scope, dedup_window_end"
+    };
+}
 
 #[cfg(feature = "mysql")]
 mod mysql;
@@ -23,8 +41,60 @@ mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
-/// One of the supported dialects this crate was built with (features `postgres`,
-/// `sqlite`, `mysql`), read from the connection at run time.
+/// Every statement of one dialect. Parameters are listed in each field's doc, in the
+/// order they appear in the text (MySQL's `?` are positional): a SET's before a WHERE's.
+pub(crate) struct Statements {
+    /// Inserts a new task unless its key is held (11 row parameters, see
+    /// `connection::insert_binds`). PostgreSQL/SQLite: `DO NOTHING`, one affected row when
+    /// inserted; MySQL: a plain INSERT whose duplicate-key error on the unique index means
+    /// "held".
+    pub insert: &'static str,
+    /// [`OnConflict::ReplaceIfQueued`](crate::OnConflict::ReplaceIfQueued).
+    /// PostgreSQL/SQLite: the INSERT with `DO UPDATE ... WHERE status = 'queued'
+    /// RETURNING` (row parameters). MySQL: the UPDATE run after a duplicate-key error
+    /// (payload, run_at, priority, updated_at, then the key and window).
+    pub replace: &'static str,
+    /// The task holding a key: user_id, task_type, resource_key, dedup_window_end.
+    pub find_occupant: &'static str,
+    /// The same, right after a conflict: it must see the row that caused it even from a
+    /// REPEATABLE READ snapshot that predates it (MySQL: a locking read).
+    pub find_occupant_after_conflict: &'static str,
+    /// One task by id: id.
+    pub by_id: &'static str,
+    /// Claims the next due queued task of any type: worker_id, lease. MySQL: selects and
+    /// locks its id only (no parameters), then [`Statements::claim_update`].
+    pub claim_any: &'static str,
+    /// The same for some task types: worker_id, lease, task types. PostgreSQL binds an
+    /// array, SQLite and MySQL a JSON array (MySQL: the types only).
+    pub claim_types: &'static str,
+    /// MySQL: marks the selected task claimed: worker_id, lease, id. Unused elsewhere.
+    pub claim_update: &'static str,
+    /// Extends the lease: lease, id, worker_id.
+    pub heartbeat: &'static str,
+    /// running → succeeded: result, id, worker_id.
+    pub complete: &'static str,
+    /// running → failed: error, id, worker_id.
+    pub fail: &'static str,
+    /// running → queued after a backoff, the key still held: error, delay, id,
+    /// worker_id.
+    pub retry: &'static str,
+    /// queued or running → cancelled: reason, id.
+    pub cancel: &'static str,
+    /// Running tasks whose lease expired, at most 100: no parameters. Selects `id` and
+    /// `attempts`.
+    pub expired: &'static str,
+    /// An expired task → failed, unless its lease was renewed meanwhile: error, id.
+    pub reap_fail: &'static str,
+    /// An expired task → queued after a backoff, lease cleared, unless its lease was
+    /// renewed meanwhile: delay, id.
+    pub reap_requeue: &'static str,
+    /// Deletes finished tasks older than a duration whose period window (if any) is
+    /// over: minus the age (an offset from now, like the others).
+    pub prune: &'static str,
+}
+
+/// One of the dialects this crate was built with (features `postgres`, `sqlite`,
+/// `mysql`), read from the connection at run time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Dialect {
     #[cfg(feature = "postgres")]
@@ -35,14 +105,15 @@ pub(crate) enum Dialect {
     MySql,
 }
 
-/// Whether a lookup follows a conflict on the unique index.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Lookup {
-    /// A plain read of the active task.
-    Plain,
-    /// The insert just hit the index: the conflicting row must be visible even to a
-    /// caller's transaction whose snapshot predates it.
-    AfterConflict,
+/// What an insert of a new task did.
+pub(crate) enum Inserted {
+    /// The row went in.
+    Created,
+    /// The key is held by another task (not read yet).
+    Held,
+    /// [`OnConflict::ReplaceIfQueued`](crate::OnConflict::ReplaceIfQueued): the queued
+    /// task holding the key took this request's payload, run_at and priority.
+    Replaced(Box<task_run::Model>),
 }
 
 impl Dialect {
@@ -67,7 +138,7 @@ impl Dialect {
         }
     }
 
-    fn backend(self) -> DbBackend {
+    pub(crate) fn backend(self) -> DbBackend {
         match self {
             #[cfg(feature = "postgres")]
             Dialect::Postgres => DbBackend::Postgres,
@@ -78,8 +149,19 @@ impl Dialect {
         }
     }
 
-    /// Whether `UPDATE ... RETURNING` exists. MySQL has none (and MariaDB's is not in
-    /// MySQL 8), so there a transition is an UPDATE and a read in one short transaction.
+    fn statements(self) -> &'static Statements {
+        match self {
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => &postgres::STATEMENTS,
+            #[cfg(feature = "sqlite")]
+            Dialect::Sqlite => &sqlite::STATEMENTS,
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => &mysql::STATEMENTS,
+        }
+    }
+
+    /// Whether `UPDATE ... RETURNING` exists. MySQL has none (MariaDB's is not in MySQL
+    /// 8): there a write and the read of its row run in one short transaction.
     fn supports_returning(self) -> bool {
         match self {
             #[cfg(feature = "mysql")]
@@ -89,53 +171,150 @@ impl Dialect {
         }
     }
 
-    /// The `n`-th (1-based) bind parameter.
-    pub(crate) fn param(self, n: usize) -> String {
+    /// A duration as the statements take it: microseconds, or on SQLite a date-function
+    /// modifier such as `+30.000000 seconds`.
+    fn interval(self, micros: i64) -> Value {
         match self {
-            #[cfg(feature = "postgres")]
-            Dialect::Postgres => format!("${n}"),
+            #[cfg(feature = "sqlite")]
+            Dialect::Sqlite => sqlite::seconds_modifier(micros).into(),
             #[allow(unreachable_patterns)]
-            _ => "?".to_owned(),
+            _ => micros.into(),
         }
     }
 
-    /// Inserts `row` unless the key already has an active task. `true` when this call
-    /// inserted it: never inferred from a count that a no-op could also produce.
-    pub(crate) async fn insert_if_absent<C: DedupConnection + ?Sized>(
+    /// Whether `err` is a violation of the unique index `task_active_resource_uidx` (not
+    /// of another constraint).
+    pub(crate) fn is_held_key_violation(self, err: &DbErr) -> bool {
+        match self {
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => postgres::is_held_key_violation(err),
+            #[cfg(feature = "sqlite")]
+            Dialect::Sqlite => sqlite::is_held_key_violation(err),
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => mysql::is_held_key_violation(err),
+        }
+    }
+
+    fn statement(self, sql: &str, values: Vec<Value>) -> Statement {
+        Statement::from_sql_and_values(self.backend(), sql, values)
+    }
+
+    /// Inserts `row` unless its key is held; with `replace`, replaces the payload,
+    /// run_at and priority of a queued task that holds it. Never infers "created" from a
+    /// count a no-op could also produce.
+    pub(crate) async fn insert<C: DedupConnection + ?Sized>(
         self,
         db: &C,
         row: &task_run::Model,
-    ) -> Result<bool, DbErr> {
-        match self {
-            #[cfg(feature = "postgres")]
-            Dialect::Postgres => postgres::insert_if_absent(db, row).await,
-            #[cfg(feature = "sqlite")]
-            Dialect::Sqlite => sqlite::insert_if_absent(db, row).await,
-            #[cfg(feature = "mysql")]
-            Dialect::MySql => mysql::insert_if_absent(db, row).await,
+        replace: bool,
+    ) -> Result<Inserted, DbErr> {
+        let statements = self.statements();
+        if !self.supports_returning() {
+            // MySQL: a plain INSERT; the duplicate-key error on our index means "held".
+            return match connection::insert_row(db, self.backend(), statements.insert, row).await {
+                Ok(_) => Ok(Inserted::Created),
+                Err(err) if self.is_held_key_violation(&err) && replace => {
+                    self.replace_queued(db, row).await
+                }
+                Err(err) if self.is_held_key_violation(&err) => Ok(Inserted::Held),
+                Err(err) => Err(err),
+            };
+        }
+        if !replace {
+            let inserted =
+                connection::insert_row(db, self.backend(), statements.insert, row).await?;
+            return Ok(if inserted == 1 {
+                Inserted::Created
+            } else {
+                Inserted::Held
+            });
+        }
+        // The upsert returns the row it inserted (our id) or the queued row it updated
+        // (another id); nothing when the task holding the key is not queued.
+        match connection::upsert_row(db, self.backend(), statements.replace, row).await? {
+            Some(stored) if stored.id == row.id => Ok(Inserted::Created),
+            Some(stored) => Ok(Inserted::Replaced(Box::new(stored))),
+            None => Ok(Inserted::Held),
         }
     }
 
-    /// The active task of `key`, if any.
-    pub(crate) async fn find_active<C: DedupConnection + ?Sized>(
+    /// MySQL/MariaDB after a duplicate-key error, with `ReplaceIfQueued`: the UPDATE and
+    /// the read of its row in one transaction, so the row returned is the one written.
+    async fn replace_queued<C: DedupConnection + ?Sized>(
+        self,
+        db: &C,
+        row: &task_run::Model,
+    ) -> Result<Inserted, DbErr> {
+        let statements = self.statements();
+        let txn = db.begin().await?;
+        let update = self.statement(
+            statements.replace,
+            vec![
+                row.payload.clone().into(),
+                row.run_at.into(),
+                row.priority.into(),
+                row.updated_at.into(),
+                row.user_id.clone().into(),
+                row.task_type.clone().into(),
+                row.resource_key.clone().into(),
+                row.dedup_window_end.into(),
+            ],
+        );
+        let replaced = txn.execute_raw(update).await?.rows_affected() == 1;
+        let stored = if replaced {
+            let key = (&row.user_id, &row.task_type, &row.resource_key);
+            let select = self.statement(
+                statements.find_occupant_after_conflict,
+                vec![
+                    key.0.clone().into(),
+                    key.1.clone().into(),
+                    key.2.clone().into(),
+                    row.dedup_window_end.into(),
+                ],
+            );
+            txn.query_one_raw(select).await?
+        } else {
+            None
+        };
+        txn.commit().await?;
+        match stored {
+            Some(stored) => Ok(Inserted::Replaced(Box::new(model(&stored)?))),
+            None => Ok(Inserted::Held),
+        }
+    }
+
+    /// The task holding `key` in window `window_end` (0: the Active/Queued slot).
+    pub(crate) async fn find_occupant<C: DedupConnection + ?Sized>(
         self,
         db: &C,
         key: &TaskKey,
-        lookup: Lookup,
+        window_end: i64,
+        after_conflict: bool,
     ) -> Result<Option<task_run::Model>, DbErr> {
-        let sql = match self {
-            #[cfg(feature = "postgres")]
-            Dialect::Postgres => postgres::find_active_sql(lookup),
-            #[cfg(feature = "sqlite")]
-            Dialect::Sqlite => sqlite::find_active_sql(lookup),
-            #[cfg(feature = "mysql")]
-            Dialect::MySql => mysql::find_active_sql(lookup),
+        let statements = self.statements();
+        let sql = if after_conflict {
+            statements.find_occupant_after_conflict
+        } else {
+            statements.find_occupant
         };
-        connection::select_task(db, self.backend(), sql, key).await
+        connection::select_occupant(db, self.backend(), sql, key, window_end).await
     }
 
-    /// Moves the oldest `queued` task (of `task_types`, or any) to `running` under
-    /// `worker_id`'s lease, atomically.
+    /// One task by id.
+    pub(crate) async fn by_id<C: ConnectionTrait + ?Sized>(
+        self,
+        db: &C,
+        id: Uuid,
+    ) -> Result<Option<task_run::Model>, DbErr> {
+        let row = db
+            .query_one_raw(self.statement(self.statements().by_id, vec![id.into()]))
+            .await?;
+        row.map(|row| model(&row)).transpose()
+    }
+
+    /// Moves the next due queued task (of `task_types`, or of any type when empty) to
+    /// `running` under `worker_id`'s lease, atomically: highest priority first, then the
+    /// oldest `run_at`, then the oldest task.
     pub(crate) async fn claim<C: ConnectionTrait + TransactionTrait + ?Sized>(
         self,
         db: &C,
@@ -143,76 +322,137 @@ impl Dialect {
         task_types: &[&str],
         lease_micros: i64,
     ) -> Result<Option<task_run::Model>, DbErr> {
+        let statements = self.statements();
+        let lease = self.interval(lease_micros);
+        let types = (!task_types.is_empty()).then(|| self.task_types(task_types));
+        if self.supports_returning() {
+            let mut values = vec![worker_id.into(), lease];
+            let sql = match types {
+                Some(types) => {
+                    values.push(types);
+                    statements.claim_types
+                }
+                None => statements.claim_any,
+            };
+            let row = db.query_one_raw(self.statement(sql, values)).await?;
+            return row.map(|row| model(&row)).transpose();
+        }
+        // MySQL: lock the next row (skipping rows other claimers hold), update it, read
+        // it back, in one short transaction.
+        let txn = db.begin().await?;
+        let select = match types {
+            Some(types) => self.statement(statements.claim_types, vec![types]),
+            None => self.statement(statements.claim_any, vec![]),
+        };
+        let Some(next) = txn.query_one_raw(select).await? else {
+            txn.commit().await?;
+            return Ok(None);
+        };
+        let id: Uuid = next.try_get("", "id")?;
+        let update = vec![worker_id.into(), lease, id.into()];
+        txn.execute_raw(self.statement(statements.claim_update, update))
+            .await?;
+        let claimed = txn
+            .query_one_raw(self.statement(statements.by_id, vec![id.into()]))
+            .await?;
+        txn.commit().await?;
+        claimed.map(|row| model(&row)).transpose()
+    }
+
+    /// The task types a claim asks for, as its statement binds them.
+    fn task_types(self, task_types: &[&str]) -> Value {
         match self {
             #[cfg(feature = "postgres")]
-            Dialect::Postgres => postgres::claim(db, worker_id, task_types, lease_micros).await,
-            #[cfg(feature = "sqlite")]
-            Dialect::Sqlite => sqlite::claim(db, worker_id, task_types, lease_micros).await,
-            #[cfg(feature = "mysql")]
-            Dialect::MySql => mysql::claim(db, worker_id, task_types, lease_micros).await,
+            Dialect::Postgres => task_types
+                .iter()
+                .map(|t| (*t).to_owned())
+                .collect::<Vec<String>>()
+                .into(),
+            #[allow(unreachable_patterns)]
+            _ => serde_json::Value::from(task_types.to_vec())
+                .to_string()
+                .into(),
         }
     }
 
-    /// The database clock, as an SQL expression of the timestamp columns' type. Lease
-    /// times use it so that workers on several machines agree.
-    pub(crate) fn now(self) -> Expr {
-        Expr::cust(self.now_sql())
-    }
-
-    fn now_sql(self) -> &'static str {
-        match self {
-            #[cfg(feature = "postgres")]
-            Dialect::Postgres => postgres::NOW,
-            #[cfg(feature = "sqlite")]
-            Dialect::Sqlite => sqlite::NOW,
-            #[cfg(feature = "mysql")]
-            Dialect::MySql => mysql::NOW,
-        }
-    }
-
-    /// The database clock plus `micros` (which may be negative).
-    pub(crate) fn now_plus(self, micros: i64) -> Expr {
-        match self {
-            #[cfg(feature = "postgres")]
-            Dialect::Postgres => postgres::now_plus(micros),
-            #[cfg(feature = "sqlite")]
-            Dialect::Sqlite => sqlite::now_plus(micros),
-            #[cfg(feature = "mysql")]
-            Dialect::MySql => mysql::now_plus(micros),
-        }
-    }
-
-    /// Runs a compare-and-set UPDATE on one row and returns the row as it is afterwards,
-    /// or `None` when the guard did not match (nothing changed).
-    pub(crate) async fn update_returning<C: ConnectionTrait + TransactionTrait + ?Sized>(
+    /// Runs one of the compare-and-set transitions of task `id` (`transition` picks its
+    /// statement, `values` are its parameters) and returns the row as it is afterwards,
+    /// or `None` when its guard did not match and nothing changed.
+    pub(crate) async fn transition<C: ConnectionTrait + TransactionTrait + ?Sized>(
         self,
         db: &C,
-        mut update: UpdateStatement,
-        id: uuid::Uuid,
+        transition: fn(&Statements) -> &'static str,
+        values: Vec<Value>,
+        id: Uuid,
     ) -> Result<Option<task_run::Model>, DbErr> {
-        update.and_where(Expr::col(Column::Id).eq(id));
+        let statements = self.statements();
+        let sql = transition(statements);
         if self.supports_returning() {
-            update.returning(returning_all());
-            let row = db.query_one(&update).await?;
+            let row = db.query_one_raw(self.statement(sql, values)).await?;
             return row.map(|row| model(&row)).transpose();
         }
         // The UPDATE's row lock is held until commit, so the read sees exactly what the
         // UPDATE wrote.
         let txn = db.begin().await?;
-        let updated = txn.execute(&update).await?.rows_affected();
-        let row = if updated == 1 {
-            let select = Query::select()
-                .columns(Column::iter())
-                .from(task_run::Entity)
-                .and_where(Expr::col(Column::Id).eq(id))
-                .to_owned();
-            txn.query_one(&select).await?
+        let updated = txn.execute_raw(self.statement(sql, values)).await?;
+        let row = if updated.rows_affected() == 1 {
+            txn.query_one_raw(self.statement(statements.by_id, vec![id.into()]))
+                .await?
         } else {
             None
         };
         txn.commit().await?;
         row.map(|row| model(&row)).transpose()
     }
+
+    /// A duration parameter of a transition (lease, delay, age).
+    pub(crate) fn duration(self, micros: i64) -> Value {
+        self.interval(micros)
+    }
+
+    /// Running tasks whose lease expired: (id, attempts), at most 100.
+    pub(crate) async fn expired<C: ConnectionTrait + ?Sized>(
+        self,
+        db: &C,
+    ) -> Result<Vec<(Uuid, i32)>, DbErr> {
+        let rows = db
+            .query_all_raw(self.statement(self.statements().expired, vec![]))
+            .await?;
+        rows.iter()
+            .map(|row| Ok((row.try_get("", "id")?, row.try_get("", "attempts")?)))
+            .collect()
+    }
+
+    /// An expired task's reap (a `reap_fail` or `reap_requeue`): whether it applied.
+    pub(crate) async fn reap<C: ConnectionTrait + ?Sized>(
+        self,
+        db: &C,
+        reap: fn(&Statements) -> &'static str,
+        values: Vec<Value>,
+    ) -> Result<bool, DbErr> {
+        let sql = reap(self.statements());
+        Ok(db
+            .execute_raw(self.statement(sql, values))
+            .await?
+            .rows_affected()
+            == 1)
+    }
+
+    /// Deletes finished tasks older than `age_micros`; returns how many.
+    pub(crate) async fn prune<C: ConnectionTrait + ?Sized>(
+        self,
+        db: &C,
+        age_micros: i64,
+    ) -> Result<u64, DbErr> {
+        let offset = self.interval(age_micros.saturating_neg());
+        let prune = self.statement(self.statements().prune, vec![offset]);
+        Ok(db.execute_raw(prune).await?.rows_affected())
+    }
+}
+
+/// Maps a row of [`columns!`] to the model.
+pub(crate) fn model(row: &QueryResult) -> Result<task_run::Model, DbErr> {
+    task_run::Model::from_query_result(row, "")
 }
 
 /// Whether the database aborted a statement to resolve a deadlock or a serialization
@@ -252,123 +492,10 @@ fn database_error<E: sea_orm::sqlx::error::DatabaseError>(err: &DbErr) -> Option
     }
 }
 
-/// `RETURNING` every entity column.
-fn returning_all() -> ReturningClause {
-    Query::returning().columns(Column::iter().map(IntoColumnRef::into_column_ref))
-}
-
-/// Maps a row of [`COLUMNS`] to the model.
-pub(crate) fn model(row: &QueryResult) -> Result<task_run::Model, DbErr> {
-    task_run::Model::from_query_result(row, "")
-}
-
-/// Every entity column, in entity order: what lookups select and updates return. The
-/// MySQL marker column is left out on purpose.
-pub(crate) static COLUMNS: LazyLock<String> = LazyLock::new(|| {
-    Column::iter()
-        .map(|column| sea_orm::IdenStatic::as_str(&column))
-        .collect::<Vec<_>>()
-        .join(", ")
-});
-
-/// Runs an `INSERT ... ON CONFLICT ... DO NOTHING` of `row` (PostgreSQL, SQLite):
-/// `true` when the row went in. Their affected-row count is exact.
-async fn insert_do_nothing<C: DedupConnection + ?Sized>(
-    db: &C,
-    dialect: Dialect,
-    sql: &'static str,
-    row: &task_run::Model,
-) -> Result<bool, DbErr> {
-    Ok(connection::insert_task(db, dialect.backend(), sql, row).await? == 1)
-}
-
-/// Claims in one statement (PostgreSQL, SQLite): `UPDATE ... WHERE id = (the next
-/// queued task, then `lock`) RETURNING` every column. `lease` is the SQL of the lease
-/// end, reading its value from the second parameter, and that value.
-async fn claim_returning<C: ConnectionTrait + ?Sized>(
-    db: &C,
-    dialect: Dialect,
-    worker_id: &str,
-    task_types: &[&str],
-    (lease_end, lease_value): (&str, Value),
-    lock: &str,
-) -> Result<Option<task_run::Model>, DbErr> {
-    let sql = format!(
-        "UPDATE task_run SET {set} WHERE id = ({next}) RETURNING {columns}",
-        set = claim_set_sql(dialect, 0, dialect.now_sql(), lease_end),
-        next = next_queued_sql(dialect, 2, task_types.len(), lock),
-        columns = *COLUMNS,
-    );
-    let mut values = vec![worker_id.into(), lease_value];
-    values.extend(task_types.iter().map(|t| (*t).into()));
-    let row = db
-        .query_one_raw(Statement::from_sql_and_values(
-            dialect.backend(),
-            sql,
-            values,
-        ))
-        .await?;
-    row.map(|row| model(&row)).transpose()
-}
-
-/// `INSERT INTO task_run (...) VALUES (...)` followed by `suffix`.
-fn insert_sql(dialect: Dialect, suffix: &str) -> String {
-    let params: Vec<String> = (1..=9).map(|n| dialect.param(n)).collect();
-    format!(
-        "INSERT INTO task_run ({}) VALUES ({}){suffix}",
-        connection::INSERT_COLUMNS,
-        params.join(", ")
-    )
-}
-
-/// The active task of a key, followed by `suffix`.
-fn find_active_sql(dialect: Dialect, suffix: &str) -> String {
-    format!(
-        "SELECT {columns} FROM task_run WHERE user_id = {p1} AND task_type = {p2} \
-         AND resource_key = {p3} AND {active}{suffix}",
-        columns = *COLUMNS,
-        p1 = dialect.param(1),
-        p2 = dialect.param(2),
-        p3 = dialect.param(3),
-        active = active_status_sql(),
-    )
-}
-
-/// The claim's SET clause, `params_before` parameters in: owner and lease length.
-fn claim_set_sql(dialect: Dialect, params_before: usize, now: &str, lease_end: &str) -> String {
-    format!(
-        "status = '{running}', attempts = attempts + 1, lease_owner = {owner}, \
-         lease_expires_at = {lease_end}, started_at = {now}, updated_at = {now}",
-        running = TaskStatus::Running.as_str(),
-        owner = dialect.param(params_before + 1),
-    )
-}
-
-/// The oldest queued task's id (of `type_count` task types given as parameters from
-/// `params_before + 1` on, or of any type), followed by `suffix`.
-fn next_queued_sql(
-    dialect: Dialect,
-    params_before: usize,
-    type_count: usize,
-    suffix: &str,
-) -> String {
-    let types = if type_count == 0 {
-        String::new()
-    } else {
-        let params: Vec<String> = (1..=type_count)
-            .map(|n| dialect.param(params_before + n))
-            .collect();
-        format!(" AND task_type IN ({})", params.join(", "))
-    };
-    format!(
-        "SELECT id FROM task_run WHERE status = '{queued}'{types} \
-         ORDER BY created_at, id LIMIT 1{suffix}",
-        queued = TaskStatus::Queued.as_str(),
-    )
-}
-
 #[cfg(test)]
 mod tests {
+    use sea_orm::Iterable;
+
     use super::*;
 
     /// Each backend is supported exactly when its feature is on; otherwise the error says
@@ -392,5 +519,64 @@ mod tests {
                 Err(other) => panic!("{other}"),
             }
         }
+    }
+
+    /// Every statement of `statements`, one after the other, under its name.
+    fn render(statements: &Statements) -> String {
+        let all = [
+            ("insert", statements.insert),
+            ("replace", statements.replace),
+            ("find_occupant", statements.find_occupant),
+            (
+                "find_occupant_after_conflict",
+                statements.find_occupant_after_conflict,
+            ),
+            ("by_id", statements.by_id),
+            ("claim_any", statements.claim_any),
+            ("claim_types", statements.claim_types),
+            ("claim_update", statements.claim_update),
+            ("heartbeat", statements.heartbeat),
+            ("complete", statements.complete),
+            ("fail", statements.fail),
+            ("retry", statements.retry),
+            ("cancel", statements.cancel),
+            ("expired", statements.expired),
+            ("reap_fail", statements.reap_fail),
+            ("reap_requeue", statements.reap_requeue),
+            ("prune", statements.prune),
+        ];
+        all.iter()
+            .filter(|(_, sql)| !sql.is_empty())
+            .map(|(name, sql)| format!("{name}:\n{sql}\n"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    // Each dialect's statements, pinned as whole texts in `snapshots/`: a change to any
+    // of them shows up in review as a diff of the SQL itself.
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn postgres_statements_are_pinned() {
+        insta::assert_snapshot!(render(&postgres::STATEMENTS));
+    }
+
+    #[cfg(feature = "sqlite")]
+    #[test]
+    fn sqlite_statements_are_pinned() {
+        insta::assert_snapshot!(render(&sqlite::STATEMENTS));
+    }
+
+    #[cfg(feature = "mysql")]
+    #[test]
+    fn mysql_statements_are_pinned() {
+        insta::assert_snapshot!(render(&mysql::STATEMENTS));
+    }
+
+    #[test]
+    fn column_list_is_the_entitys() {
+        let entity: Vec<&str> = task_run::Column::iter()
+            .map(|c| sea_orm::IdenStatic::as_str(&c))
+            .collect();
+        assert_eq!(columns!(), entity.join(", "));
     }
 }

@@ -1,107 +1,94 @@
-//! MySQL/MariaDB: a plain INSERT against the unique index over the generated marker
-//! column, claims with `FOR UPDATE SKIP LOCKED` in a short transaction.
+//! MySQL/MariaDB: a plain INSERT against the unique index over the generated `occupied`
+//! column, claims with `FOR UPDATE SKIP LOCKED`, and no `RETURNING` (MariaDB has one,
+//! MySQL 8 does not): a write and the read of its row run in one short transaction.
+//! Times are `UTC_TIMESTAMP(6)`: `datetime(6)` columns hold UTC whatever the session's
+//! time zone.
 
-use std::sync::LazyLock;
-
-use sea_orm::sea_query::Expr;
+use sea_orm::DbErr;
 use sea_orm::sqlx::mysql::MySqlDatabaseError;
-use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement, TransactionSession, TransactionTrait};
 use task_dedup_entity::task_run::ACTIVE_RESOURCE_UIDX;
 
-use super::{
-    COLUMNS, Dialect, Lookup, claim_set_sql, find_active_sql as select_active, insert_sql, model,
-    next_queued_sql,
+use super::Statements;
+
+pub(super) const STATEMENTS: Statements = Statements {
+    // A plain INSERT, and the duplicate-key error on our index means "held". Not
+    // `INSERT IGNORE` (it also turns other errors into warnings) nor `ON DUPLICATE KEY
+    // UPDATE` (a write on the hit path, and with CLIENT_FOUND_ROWS the affected-row count
+    // cannot tell a no-op from an insert). A failed statement does not abort an InnoDB
+    // transaction.
+    insert: concat!(
+        "INSERT INTO task_run (",
+        insert_columns!(),
+        ") \
+         VALUES (?, ?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?)"
+    ),
+    // After the duplicate-key error: only a queued task is updated. `occupied` is the
+    // generated column of the unique index (1 while the row holds its key).
+    replace: "UPDATE task_run SET payload = ?, run_at = ?, priority = ?, updated_at = ? \
+              WHERE user_id = ? AND task_type = ? AND resource_key = ? \
+              AND dedup_window_end = ? AND occupied = 1 AND status = 'queued'",
+    find_occupant: concat!(
+        "SELECT ",
+        columns!(),
+        " FROM task_run \
+         WHERE user_id = ? AND task_type = ? AND resource_key = ? \
+         AND dedup_window_end = ? AND occupied = 1"
+    ),
+    // A locking read returns the latest committed row even inside a REPEATABLE READ
+    // transaction whose snapshot predates it. The failed insert already holds a shared
+    // lock on that index entry, so this takes no lock the caller did not have.
+    find_occupant_after_conflict: concat!(
+        "SELECT ",
+        columns!(),
+        " FROM task_run \
+         WHERE user_id = ? AND task_type = ? AND resource_key = ? \
+         AND dedup_window_end = ? AND occupied = 1 LOCK IN SHARE MODE"
+    ),
+    by_id: concat!("SELECT ", columns!(), " FROM task_run WHERE id = ?"),
+    // No UPDATE of a table selected from in a subquery: lock the next row here, then
+    // `claim_update`. `task_run_claim_idx` serves the order, which also keeps InnoDB from
+    // locking every row it scans.
+    claim_any: "SELECT id FROM task_run WHERE status = 'queued' AND run_at <= UTC_TIMESTAMP(6) \
+                ORDER BY priority DESC, run_at, created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED",
+    claim_types: "SELECT id FROM task_run WHERE status = 'queued' AND run_at <= UTC_TIMESTAMP(6) \
+                  AND task_type IN (SELECT t FROM JSON_TABLE(?, '$[*]' \
+                  COLUMNS (t varchar(64) PATH '$')) AS types) \
+                  ORDER BY priority DESC, run_at, created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED",
+    claim_update: "UPDATE task_run SET status = 'running', attempts = attempts + 1, \
+                   lease_owner = ?, lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
+                   started_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) WHERE id = ?",
+    heartbeat: "UPDATE task_run SET lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
+                updated_at = UTC_TIMESTAMP(6) \
+                WHERE id = ? AND status = 'running' AND lease_owner = ?",
+    complete: "UPDATE task_run SET status = 'succeeded', result = ?, lease_expires_at = NULL, \
+               finished_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) \
+               WHERE id = ? AND status = 'running' AND lease_owner = ?",
+    fail: "UPDATE task_run SET status = 'failed', error = ?, lease_expires_at = NULL, \
+           finished_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) \
+           WHERE id = ? AND status = 'running' AND lease_owner = ?",
+    // `lease_owner` stays, so a repeated call by the same worker can tell its own retry.
+    retry: "UPDATE task_run SET status = 'queued', error = ?, lease_expires_at = NULL, \
+            run_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, updated_at = UTC_TIMESTAMP(6) \
+            WHERE id = ? AND status = 'running' AND lease_owner = ?",
+    cancel: "UPDATE task_run SET status = 'cancelled', error = ?, lease_expires_at = NULL, \
+             finished_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) \
+             WHERE id = ? AND status IN ('queued', 'running')",
+    expired: "SELECT id, attempts FROM task_run \
+              WHERE status = 'running' AND lease_expires_at < UTC_TIMESTAMP(6) \
+              ORDER BY lease_expires_at LIMIT 100",
+    // The expiry is checked again: a heartbeat that renewed the lease first wins.
+    reap_fail: "UPDATE task_run SET status = 'failed', error = ?, lease_expires_at = NULL, \
+                finished_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) \
+                WHERE id = ? AND status = 'running' AND lease_expires_at < UTC_TIMESTAMP(6)",
+    reap_requeue: "UPDATE task_run SET status = 'queued', lease_owner = NULL, \
+                   lease_expires_at = NULL, run_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
+                   updated_at = UTC_TIMESTAMP(6) \
+                   WHERE id = ? AND status = 'running' AND lease_expires_at < UTC_TIMESTAMP(6)",
+    // A period task keeps its window until the window is over, finished or not.
+    prune: "DELETE FROM task_run WHERE status IN ('succeeded', 'failed', 'cancelled') \
+            AND finished_at < UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
+            AND dedup_window_end <= UNIX_TIMESTAMP()",
 };
-use crate::connection::{self, DedupConnection};
-use crate::task_run;
-
-static INSERT: LazyLock<String> = LazyLock::new(|| insert_sql(Dialect::MySql, ""));
-
-static FIND_ACTIVE: LazyLock<String> = LazyLock::new(|| select_active(Dialect::MySql, ""));
-
-/// A locking read returns the latest committed row even inside a REPEATABLE READ
-/// transaction whose snapshot predates it. The failed insert already holds a shared lock
-/// on that index entry, so this takes no lock the caller did not have.
-static FIND_ACTIVE_AFTER_CONFLICT: LazyLock<String> =
-    LazyLock::new(|| select_active(Dialect::MySql, " LOCK IN SHARE MODE"));
-
-/// A plain INSERT, and the duplicate-key error on our index means "exists". Not
-/// `INSERT IGNORE` (it also turns other errors into warnings) nor
-/// `ON DUPLICATE KEY UPDATE` (a write on the hit path, and with CLIENT_FOUND_ROWS the
-/// affected-row count cannot tell a no-op from an insert). A failed statement does not
-/// abort an InnoDB transaction.
-pub(super) async fn insert_if_absent<C: DedupConnection + ?Sized>(
-    db: &C,
-    row: &task_run::Model,
-) -> Result<bool, DbErr> {
-    match connection::insert_task(db, DbBackend::MySql, &INSERT, row).await {
-        Ok(_) => Ok(true),
-        Err(err) if is_active_index_violation(&err) => Ok(false),
-        Err(err) => Err(err),
-    }
-}
-
-pub(super) fn find_active_sql(lookup: Lookup) -> &'static str {
-    match lookup {
-        Lookup::Plain => &FIND_ACTIVE,
-        Lookup::AfterConflict => &FIND_ACTIVE_AFTER_CONFLICT,
-    }
-}
-
-/// No `UPDATE ... RETURNING` and no UPDATE of a table selected from in a subquery:
-/// lock the next queued row (skipping rows other claimers hold), update it, read it
-/// back, all in one short transaction. The `(status, created_at, id)` index keeps
-/// InnoDB from locking every row it scans.
-pub(super) async fn claim<C: ConnectionTrait + TransactionTrait + ?Sized>(
-    db: &C,
-    worker_id: &str,
-    task_types: &[&str],
-    lease_micros: i64,
-) -> Result<Option<task_run::Model>, DbErr> {
-    let txn = db.begin().await?;
-    let next = next_queued_sql(
-        Dialect::MySql,
-        0,
-        task_types.len(),
-        " FOR UPDATE SKIP LOCKED",
-    );
-    let types = task_types.iter().map(|t| (*t).into());
-    let Some(row) = txn
-        .query_one_raw(Statement::from_sql_and_values(
-            DbBackend::MySql,
-            next,
-            types,
-        ))
-        .await?
-    else {
-        txn.commit().await?;
-        return Ok(None);
-    };
-    let id: uuid::Uuid = row.try_get("", "id")?;
-    let update = format!(
-        "UPDATE task_run SET {set} WHERE id = ?",
-        set = claim_set_sql(Dialect::MySql, 0, NOW, LEASE_END)
-    );
-    txn.execute_raw(Statement::from_sql_and_values(
-        DbBackend::MySql,
-        update,
-        [worker_id.into(), lease_micros.into(), id.into()],
-    ))
-    .await?;
-    let select = format!(
-        "SELECT {columns} FROM task_run WHERE id = ?",
-        columns = *COLUMNS
-    );
-    let claimed = txn
-        .query_one_raw(Statement::from_sql_and_values(
-            DbBackend::MySql,
-            select,
-            [id.into()],
-        ))
-        .await?;
-    txn.commit().await?;
-    claimed.map(|row| model(&row)).transpose()
-}
 
 /// A duplicate key in a unique index (or the primary key).
 const ER_DUP_ENTRY: u16 = 1062;
@@ -109,26 +96,19 @@ const ER_DUP_ENTRY: u16 = 1062;
 const ER_LOCK_DEADLOCK: u16 = 1213;
 
 /// Error 1062 on `task_active_resource_uidx`. The driver gives no index name but in the
-/// message (`Duplicate entry '...' for key 'task_active_resource_uidx'`, MySQL 8 prefixes
+/// message (`Duplicate entry '...' for key 'task_active_resource_uidx'`; MySQL 8 prefixes
 /// the table), so this reads the message: the one place that does.
-fn is_active_index_violation(err: &DbErr) -> bool {
+pub(super) fn is_held_key_violation(err: &DbErr) -> bool {
     super::database_error::<MySqlDatabaseError>(err).is_some_and(|e| {
+        let message = e.message();
         e.number() == ER_DUP_ENTRY
-            && (e.message().ends_with(&format!("'{ACTIVE_RESOURCE_UIDX}'"))
-                || e.message().ends_with(&format!(".{ACTIVE_RESOURCE_UIDX}'")))
+            && message
+                .strip_suffix('\'')
+                .and_then(|m| m.strip_suffix(ACTIVE_RESOURCE_UIDX))
+                .is_some_and(|m| m.ends_with('\'') || m.ends_with('.'))
     })
 }
 
 pub(super) fn is_transaction_conflict(err: &DbErr) -> bool {
     super::database_error::<MySqlDatabaseError>(err).is_some_and(|e| e.number() == ER_LOCK_DEADLOCK)
-}
-
-/// UTC whatever the session time zone; `datetime(6)` columns hold UTC.
-pub(super) const NOW: &str = "UTC_TIMESTAMP(6)";
-
-/// The claim's lease end, from its second parameter (microseconds).
-const LEASE_END: &str = "UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND";
-
-pub(super) fn now_plus(micros: i64) -> Expr {
-    Expr::cust_with_values(LEASE_END, [micros])
 }

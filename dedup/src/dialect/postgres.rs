@@ -1,89 +1,156 @@
-//! PostgreSQL: `ON CONFLICT ... DO NOTHING` against the partial unique index, claims in
-//! one `UPDATE` over a `FOR UPDATE SKIP LOCKED` subquery.
+//! PostgreSQL: `ON CONFLICT` against the partial unique index, `UPDATE ... RETURNING`,
+//! claims over a `FOR UPDATE SKIP LOCKED` subquery. Times come from
+//! `statement_timestamp()`: `now()` would be the start of the caller's transaction,
+//! possibly long ago.
 
-use std::sync::LazyLock;
-
-use sea_orm::sea_query::Expr;
+use sea_orm::DbErr;
 use sea_orm::sqlx::postgres::PgDatabaseError;
-use sea_orm::{ConnectionTrait, DbErr};
-use task_dedup_entity::active_status_sql;
+use task_dedup_entity::occupies_key_sql;
+use task_dedup_entity::task_run::ACTIVE_RESOURCE_UIDX;
 
-use super::{
-    Dialect, Lookup, claim_returning, find_active_sql as select_active, insert_do_nothing,
-    insert_sql,
+use super::Statements;
+
+pub(super) const STATEMENTS: Statements = Statements {
+    // The conflict target repeats the index predicate as literals: with bound values
+    // PostgreSQL fails with 42P10 once a cached statement switches to a generic plan.
+    // `DO NOTHING`, not a caught unique violation: a failed INSERT would abort the
+    // caller's transaction. The affected-row count is exact.
+    insert: concat!(
+        "INSERT INTO task_run (",
+        insert_columns!(),
+        ") \
+         VALUES ($1, $2, $3, $4, 'queued', $5, 0, $6, $7, $8, $9, $10, $11) \
+         ON CONFLICT (user_id, task_type, resource_key, dedup_window_end) \
+         WHERE ",
+        occupies_key_sql!(),
+        " DO NOTHING"
+    ),
+    // `DO UPDATE ... WHERE`: the queued row holding the key is updated in the same
+    // atomic step; a running or finished one is left alone and nothing comes back.
+    replace: concat!(
+        "INSERT INTO task_run (",
+        insert_columns!(),
+        ") \
+         VALUES ($1, $2, $3, $4, 'queued', $5, 0, $6, $7, $8, $9, $10, $11) \
+         ON CONFLICT (user_id, task_type, resource_key, dedup_window_end) \
+         WHERE ",
+        occupies_key_sql!(),
+        " \
+         DO UPDATE SET payload = EXCLUDED.payload, run_at = EXCLUDED.run_at, \
+         priority = EXCLUDED.priority, updated_at = EXCLUDED.updated_at \
+         WHERE task_run.status = 'queued' \
+         RETURNING ",
+        columns!()
+    ),
+    find_occupant: concat!(
+        "SELECT ",
+        columns!(),
+        " FROM task_run \
+         WHERE user_id = $1 AND task_type = $2 AND resource_key = $3 \
+         AND dedup_window_end = $4 AND ",
+        occupies_key_sql!()
+    ),
+    // Under READ COMMITTED each statement reads a fresh snapshot, so the row `DO NOTHING`
+    // yielded to is visible. (Under REPEATABLE READ the insert itself fails with 40001.)
+    find_occupant_after_conflict: concat!(
+        "SELECT ",
+        columns!(),
+        " FROM task_run \
+         WHERE user_id = $1 AND task_type = $2 AND resource_key = $3 \
+         AND dedup_window_end = $4 AND ",
+        occupies_key_sql!()
+    ),
+    by_id: concat!("SELECT ", columns!(), " FROM task_run WHERE id = $1"),
+    // SKIP LOCKED: concurrent claimers pass over each other's rows instead of queueing
+    // behind them. `task_run_claim_idx (status, priority DESC, run_at, created_at, id)`
+    // serves the order.
+    claim_any: concat!(
+        "UPDATE task_run SET status = 'running', attempts = attempts + 1, \
+         lease_owner = $1, lease_expires_at = statement_timestamp() + $2 * interval '1 microsecond', \
+         started_at = statement_timestamp(), updated_at = statement_timestamp() \
+         WHERE id = (SELECT id FROM task_run \
+         WHERE status = 'queued' AND run_at <= statement_timestamp() \
+         ORDER BY priority DESC, run_at, created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) \
+         RETURNING ",
+        columns!()
+    ),
+    claim_types: concat!(
+        "UPDATE task_run SET status = 'running', attempts = attempts + 1, \
+         lease_owner = $1, lease_expires_at = statement_timestamp() + $2 * interval '1 microsecond', \
+         started_at = statement_timestamp(), updated_at = statement_timestamp() \
+         WHERE id = (SELECT id FROM task_run \
+         WHERE status = 'queued' AND run_at <= statement_timestamp() AND task_type = ANY($3) \
+         ORDER BY priority DESC, run_at, created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) \
+         RETURNING ",
+        columns!()
+    ),
+    claim_update: "",
+    heartbeat: concat!(
+        "UPDATE task_run SET lease_expires_at = statement_timestamp() + $1 * interval '1 microsecond', \
+         updated_at = statement_timestamp() \
+         WHERE id = $2 AND status = 'running' AND lease_owner = $3 RETURNING ",
+        columns!()
+    ),
+    complete: concat!(
+        "UPDATE task_run SET status = 'succeeded', result = $1, lease_expires_at = NULL, \
+         finished_at = statement_timestamp(), updated_at = statement_timestamp() \
+         WHERE id = $2 AND status = 'running' AND lease_owner = $3 RETURNING ",
+        columns!()
+    ),
+    fail: concat!(
+        "UPDATE task_run SET status = 'failed', error = $1, lease_expires_at = NULL, \
+         finished_at = statement_timestamp(), updated_at = statement_timestamp() \
+         WHERE id = $2 AND status = 'running' AND lease_owner = $3 RETURNING ",
+        columns!()
+    ),
+    // `lease_owner` stays, so a repeated call by the same worker can tell its own retry.
+    retry: concat!(
+        "UPDATE task_run SET status = 'queued', error = $1, lease_expires_at = NULL, \
+         run_at = statement_timestamp() + $2 * interval '1 microsecond', \
+         updated_at = statement_timestamp() \
+         WHERE id = $3 AND status = 'running' AND lease_owner = $4 RETURNING ",
+        columns!()
+    ),
+    cancel: concat!(
+        "UPDATE task_run SET status = 'cancelled', error = $1, lease_expires_at = NULL, \
+         finished_at = statement_timestamp(), updated_at = statement_timestamp() \
+         WHERE id = $2 AND status IN ('queued', 'running') RETURNING ",
+        columns!()
+    ),
+    expired: "SELECT id, attempts FROM task_run \
+              WHERE status = 'running' AND lease_expires_at < statement_timestamp() \
+              ORDER BY lease_expires_at LIMIT 100",
+    // The expiry is checked again: a heartbeat that renewed the lease first wins.
+    reap_fail: "UPDATE task_run SET status = 'failed', error = $1, lease_expires_at = NULL, \
+                finished_at = statement_timestamp(), updated_at = statement_timestamp() \
+                WHERE id = $2 AND status = 'running' AND lease_expires_at < statement_timestamp()",
+    reap_requeue: "UPDATE task_run SET status = 'queued', lease_owner = NULL, \
+                   lease_expires_at = NULL, \
+                   run_at = statement_timestamp() + $1 * interval '1 microsecond', \
+                   updated_at = statement_timestamp() \
+                   WHERE id = $2 AND status = 'running' \
+                   AND lease_expires_at < statement_timestamp()",
+    // A period task keeps its window until the window is over, finished or not.
+    prune: "DELETE FROM task_run WHERE status IN ('succeeded', 'failed', 'cancelled') \
+            AND finished_at < statement_timestamp() + $1 * interval '1 microsecond' \
+            AND dedup_window_end <= extract(epoch FROM statement_timestamp())",
 };
-use crate::connection::DedupConnection;
-use crate::task_run;
 
-/// The conflict target repeats the index predicate, as literals: with bound values,
-/// PostgreSQL fails with 42P10 once a cached statement switches to a generic plan.
-static INSERT_IF_ABSENT: LazyLock<String> = LazyLock::new(|| {
-    insert_sql(
-        Dialect::Postgres,
-        &format!(
-            " ON CONFLICT (user_id, task_type, resource_key) WHERE {} DO NOTHING",
-            active_status_sql()
-        ),
-    )
-});
-
-static FIND_ACTIVE: LazyLock<String> = LazyLock::new(|| select_active(Dialect::Postgres, ""));
-
-/// `DO NOTHING`, not catching the unique violation: a failed INSERT would abort the
-/// caller's transaction, `DO NOTHING` leaves it usable. The affected-row count is exact.
-pub(super) async fn insert_if_absent<C: DedupConnection + ?Sized>(
-    db: &C,
-    row: &task_run::Model,
-) -> Result<bool, DbErr> {
-    insert_do_nothing(db, Dialect::Postgres, &INSERT_IF_ABSENT, row).await
-}
-
-/// Under READ COMMITTED each statement reads a fresh snapshot, so the row `DO NOTHING`
-/// yielded to is visible to the next statement. (Under REPEATABLE READ the insert
-/// itself fails with 40001 instead.)
-pub(super) fn find_active_sql(_lookup: Lookup) -> &'static str {
-    &FIND_ACTIVE
-}
-
-/// `SKIP LOCKED`: concurrent claimers pass over each other's rows instead of queueing
-/// behind them.
-pub(super) async fn claim<C: ConnectionTrait + ?Sized>(
-    db: &C,
-    worker_id: &str,
-    task_types: &[&str],
-    lease_micros: i64,
-) -> Result<Option<task_run::Model>, DbErr> {
-    let lease = (LEASE_END, lease_micros.into());
-    claim_returning(
-        db,
-        Dialect::Postgres,
-        worker_id,
-        task_types,
-        lease,
-        " FOR UPDATE SKIP LOCKED",
-    )
-    .await
-}
-
+/// SQLSTATE of a unique violation.
+const UNIQUE_VIOLATION: &str = "23505";
 /// SQLSTATE of a serialization failure (REPEATABLE READ / SERIALIZABLE).
 const SERIALIZATION_FAILURE: &str = "40001";
 /// SQLSTATE of a deadlock the server broke by aborting this statement.
 const DEADLOCK_DETECTED: &str = "40P01";
 
+/// PostgreSQL names the violated constraint (here: the index) in its own field.
+pub(super) fn is_held_key_violation(err: &DbErr) -> bool {
+    super::database_error::<PgDatabaseError>(err).is_some_and(|e| {
+        e.code() == UNIQUE_VIOLATION && e.constraint() == Some(ACTIVE_RESOURCE_UIDX)
+    })
+}
+
 pub(super) fn is_transaction_conflict(err: &DbErr) -> bool {
     super::database_error::<PgDatabaseError>(err)
         .is_some_and(|e| matches!(e.code(), SERIALIZATION_FAILURE | DEADLOCK_DETECTED))
-}
-
-/// `now()` would be the start of the caller's transaction, possibly long ago.
-pub(super) const NOW: &str = "statement_timestamp()";
-
-/// The claim's lease end, from its second parameter (microseconds).
-const LEASE_END: &str = "statement_timestamp() + $2 * interval '1 microsecond'";
-
-pub(super) fn now_plus(micros: i64) -> Expr {
-    Expr::cust_with_values(
-        "statement_timestamp() + $1 * interval '1 microsecond'",
-        [micros],
-    )
 }

@@ -1,71 +1,166 @@
-//! SQLite: `ON CONFLICT DO NOTHING` against the partial unique index, claims in one
-//! `UPDATE` (SQLite has no row locks; one statement is atomic under its write lock).
+//! SQLite: `ON CONFLICT` against the partial unique index, `UPDATE ... RETURNING`, claims
+//! in one UPDATE (no row locks: one statement is atomic under the database's write
+//! lock).
+//!
+//! Timestamps are RFC 3339 text in UTC, the shape sqlx writes for `DateTime<Utc>`, so
+//! values the database writes (`strftime(..., 'now')`, millisecond resolution) and values
+//! the library writes compare correctly as text.
 
-use std::sync::LazyLock;
+use sea_orm::DbErr;
+use sea_orm::sqlx::sqlite::SqliteError;
+use task_dedup_entity::occupies_key_sql;
 
-use sea_orm::sea_query::Expr;
-use sea_orm::{ConnectionTrait, DbErr};
+use super::Statements;
 
-use super::{
-    Dialect, Lookup, claim_returning, find_active_sql as select_active, insert_do_nothing,
-    insert_sql,
+pub(super) const STATEMENTS: Statements = Statements {
+    // No conflict target: it covers the partial unique index (and the primary key) and,
+    // unlike a targeted clause, is not matched against the schema when the statement is
+    // prepared. A pooled connection opened before the index existed keeps the old
+    // schema in memory, and a targeted clause fails there ("ON CONFLICT clause does not
+    // match any PRIMARY KEY or UNIQUE constraint") instead of being re-prepared. NOT NULL
+    // and CHECK violations still fail, unlike with `INSERT OR IGNORE`.
+    insert: concat!(
+        "INSERT INTO task_run (",
+        insert_columns!(),
+        ") \
+         VALUES (?, ?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+    ),
+    // Untargeted `DO UPDATE` (SQLite 3.35+), for the reason above.
+    replace: concat!(
+        "INSERT INTO task_run (",
+        insert_columns!(),
+        ") \
+         VALUES (?, ?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?) \
+         ON CONFLICT DO UPDATE SET payload = excluded.payload, run_at = excluded.run_at, \
+         priority = excluded.priority, updated_at = excluded.updated_at \
+         WHERE status = 'queued' \
+         RETURNING ",
+        columns!()
+    ),
+    find_occupant: concat!(
+        "SELECT ",
+        columns!(),
+        " FROM task_run \
+         WHERE user_id = ? AND task_type = ? AND resource_key = ? \
+         AND dedup_window_end = ? AND ",
+        occupies_key_sql!()
+    ),
+    // Writers are serialized: the conflicting row is committed and visible.
+    find_occupant_after_conflict: concat!(
+        "SELECT ",
+        columns!(),
+        " FROM task_run \
+         WHERE user_id = ? AND task_type = ? AND resource_key = ? \
+         AND dedup_window_end = ? AND ",
+        occupies_key_sql!()
+    ),
+    by_id: concat!("SELECT ", columns!(), " FROM task_run WHERE id = ?"),
+    // SQLite drops `FOR UPDATE SKIP LOCKED`; a single UPDATE with the selection as a
+    // subquery is atomic under the write lock, so no two workers get one task. SQLite's
+    // clock has millisecond resolution and `run_at` microseconds: a task is due within
+    // the millisecond of its `run_at` (else a task enqueued in the same millisecond as
+    // the claim would wait for the next one).
+    claim_any: concat!(
+        "UPDATE task_run SET status = 'running', attempts = attempts + 1, lease_owner = ?, \
+         lease_expires_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?), \
+         started_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
+         updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
+         WHERE id = (SELECT id FROM task_run \
+         WHERE status = 'queued' \
+         AND run_at <= strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', '+0.001 seconds') \
+         ORDER BY priority DESC, run_at, created_at, id LIMIT 1) \
+         RETURNING ",
+        columns!()
+    ),
+    claim_types: concat!(
+        "UPDATE task_run SET status = 'running', attempts = attempts + 1, lease_owner = ?, \
+         lease_expires_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?), \
+         started_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
+         updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
+         WHERE id = (SELECT id FROM task_run \
+         WHERE status = 'queued' \
+         AND run_at <= strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', '+0.001 seconds') \
+         AND task_type IN (SELECT value FROM json_each(?)) \
+         ORDER BY priority DESC, run_at, created_at, id LIMIT 1) \
+         RETURNING ",
+        columns!()
+    ),
+    claim_update: "",
+    heartbeat: concat!(
+        "UPDATE task_run SET lease_expires_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?), \
+         updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
+         WHERE id = ? AND status = 'running' AND lease_owner = ? RETURNING ",
+        columns!()
+    ),
+    complete: concat!(
+        "UPDATE task_run SET status = 'succeeded', result = ?, lease_expires_at = NULL, \
+         finished_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
+         updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
+         WHERE id = ? AND status = 'running' AND lease_owner = ? RETURNING ",
+        columns!()
+    ),
+    fail: concat!(
+        "UPDATE task_run SET status = 'failed', error = ?, lease_expires_at = NULL, \
+         finished_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
+         updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
+         WHERE id = ? AND status = 'running' AND lease_owner = ? RETURNING ",
+        columns!()
+    ),
+    // `lease_owner` stays, so a repeated call by the same worker can tell its own retry.
+    retry: concat!(
+        "UPDATE task_run SET status = 'queued', error = ?, lease_expires_at = NULL, \
+         run_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?), \
+         updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
+         WHERE id = ? AND status = 'running' AND lease_owner = ? RETURNING ",
+        columns!()
+    ),
+    cancel: concat!(
+        "UPDATE task_run SET status = 'cancelled', error = ?, lease_expires_at = NULL, \
+         finished_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
+         updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
+         WHERE id = ? AND status IN ('queued', 'running') RETURNING ",
+        columns!()
+    ),
+    expired: "SELECT id, attempts FROM task_run \
+              WHERE status = 'running' \
+              AND lease_expires_at < strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
+              ORDER BY lease_expires_at LIMIT 100",
+    // The expiry is checked again: a heartbeat that renewed the lease first wins.
+    reap_fail: "UPDATE task_run SET status = 'failed', error = ?, lease_expires_at = NULL, \
+                finished_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
+                updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
+                WHERE id = ? AND status = 'running' \
+                AND lease_expires_at < strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now')",
+    reap_requeue: "UPDATE task_run SET status = 'queued', lease_owner = NULL, \
+                   lease_expires_at = NULL, \
+                   run_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?), \
+                   updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
+                   WHERE id = ? AND status = 'running' \
+                   AND lease_expires_at < strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now')",
+    // A period task keeps its window until the window is over, finished or not.
+    prune: "DELETE FROM task_run WHERE status IN ('succeeded', 'failed', 'cancelled') \
+            AND finished_at < strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?) \
+            AND dedup_window_end <= CAST(strftime('%s', 'now') AS INTEGER)",
 };
-use crate::connection::DedupConnection;
-use crate::task_run;
 
-/// `ON CONFLICT DO NOTHING` without a conflict target: it covers the partial unique
-/// index (and the primary key) and, unlike a targeted clause, is not matched against
-/// the schema when the statement is prepared. A pooled connection opened before the
-/// index was created still has the old schema in memory, and a targeted clause fails
-/// there ("ON CONFLICT clause does not match any PRIMARY KEY or UNIQUE constraint")
-/// instead of being re-prepared; this one is re-prepared on the schema change. NOT NULL
-/// and CHECK violations still fail, unlike with `INSERT OR IGNORE`.
-static INSERT_IF_ABSENT: LazyLock<String> =
-    LazyLock::new(|| insert_sql(Dialect::Sqlite, " ON CONFLICT DO NOTHING"));
+/// Extended result code of a UNIQUE constraint failure.
+const SQLITE_CONSTRAINT_UNIQUE: &str = "2067";
 
-static FIND_ACTIVE: LazyLock<String> = LazyLock::new(|| select_active(Dialect::Sqlite, ""));
-
-/// One write statement takes the write lock at once (waiting out `busy_timeout`): no
-/// read-to-write upgrade that could fail with SQLITE_BUSY. The affected-row count is
-/// exact.
-pub(super) async fn insert_if_absent<C: DedupConnection + ?Sized>(
-    db: &C,
-    row: &task_run::Model,
-) -> Result<bool, DbErr> {
-    insert_do_nothing(db, Dialect::Sqlite, &INSERT_IF_ABSENT, row).await
-}
-
-/// Writers are serialized, so the conflicting row is committed and visible.
-pub(super) fn find_active_sql(_lookup: Lookup) -> &'static str {
-    &FIND_ACTIVE
-}
-
-/// SQLite drops `FOR UPDATE SKIP LOCKED`; a single UPDATE with the selection as a
-/// subquery is atomic under the database write lock, so no two workers get one task.
-pub(super) async fn claim<C: ConnectionTrait + ?Sized>(
-    db: &C,
-    worker_id: &str,
-    task_types: &[&str],
-    lease_micros: i64,
-) -> Result<Option<task_run::Model>, DbErr> {
-    let lease = (LEASE_END, seconds_modifier(lease_micros).into());
-    claim_returning(db, Dialect::Sqlite, worker_id, task_types, lease, "").await
-}
-
-/// The text shape sqlx writes for `DateTime<Utc>` (RFC 3339, `+00:00`), so values the
-/// database writes and values the library writes compare correctly as text. SQLite's
-/// clock has millisecond resolution.
-pub(super) const NOW: &str = "strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now')";
-
-/// The claim's lease end, from its second parameter (a `'+N seconds'` modifier).
-const LEASE_END: &str = "strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?)";
-
-pub(super) fn now_plus(micros: i64) -> Expr {
-    Expr::cust_with_values(LEASE_END, [seconds_modifier(micros)])
+/// SQLite names the columns of the violated index, not the index:
+/// `UNIQUE constraint failed: task_run.user_id, ..., task_run.dedup_window_end`. Reading
+/// the message is the only way; this is the one place that does.
+pub(super) fn is_held_key_violation(err: &DbErr) -> bool {
+    const HELD_KEY_COLUMNS: &str = "task_run.user_id, task_run.task_type, \
+                                    task_run.resource_key, task_run.dedup_window_end";
+    super::database_error::<SqliteError>(err).is_some_and(|e| {
+        use sea_orm::sqlx::error::DatabaseError;
+        e.code().as_deref() == Some(SQLITE_CONSTRAINT_UNIQUE)
+            && e.message().ends_with(HELD_KEY_COLUMNS)
+    })
 }
 
 /// A date-function modifier such as `+30.000000 seconds`.
-fn seconds_modifier(micros: i64) -> String {
+pub(super) fn seconds_modifier(micros: i64) -> String {
     let sign = if micros < 0 { '-' } else { '+' };
     let abs = micros.unsigned_abs();
     format!("{sign}{}.{:06} seconds", abs / 1_000_000, abs % 1_000_000)

@@ -6,8 +6,8 @@
 use std::fmt;
 
 use task_dedup_entity::task_run::{
-    ERROR_MAX_CHARS, LEASE_OWNER_MAX_CHARS, RESOURCE_KEY_MAX_CHARS, STATUS_MAX_CHARS,
-    TASK_TYPE_MAX_CHARS, USER_ID_MAX_CHARS,
+    ERROR_MAX_CHARS, LEASE_OWNER_MAX_CHARS, RESOURCE_KEY_MAX_CHARS, SCOPE_MAX_CHARS,
+    STATUS_MAX_CHARS, TASK_TYPE_MAX_CHARS, USER_ID_MAX_CHARS,
 };
 
 use super::inspect::{Column, Table};
@@ -28,6 +28,10 @@ pub(crate) enum Kind {
     Json,
     /// A 32-bit integer (the library reads `i32`).
     Int,
+    /// A 16-bit integer (the library reads `i16`).
+    SmallInt,
+    /// A 64-bit integer (the library reads `i64`).
+    BigInt,
     /// A UTC timestamp with microseconds.
     Timestamp,
 }
@@ -41,6 +45,8 @@ pub(crate) struct Spec {
     pub nullable: bool,
     /// A table without it can get it: it admits NULL or has a default.
     pub addable: bool,
+    /// A later migration adds it (so `ensure_schema` leaves that to the migration).
+    pub from_migration: bool,
 }
 
 const fn spec(name: &'static str, kind: Kind, nullable: bool, addable: bool) -> Spec {
@@ -49,11 +55,23 @@ const fn spec(name: &'static str, kind: Kind, nullable: bool, addable: bool) -> 
         kind,
         nullable,
         addable,
+        from_migration: false,
+    }
+}
+
+/// A column a later migration adds, with a default.
+const fn later(name: &'static str, kind: Kind) -> Spec {
+    Spec {
+        name,
+        kind,
+        nullable: false,
+        addable: true,
+        from_migration: true,
     }
 }
 
 /// Every column the library reads or writes, in table order.
-pub(crate) const COLUMNS: [Spec; 15] = [
+pub(crate) const COLUMNS: [Spec; 19] = [
     spec("id", Kind::Uuid, false, false),
     spec("user_id", Kind::Key(USER_ID_MAX_CHARS), false, false),
     spec("task_type", Kind::Key(TASK_TYPE_MAX_CHARS), false, false),
@@ -74,10 +92,14 @@ pub(crate) const COLUMNS: [Spec; 15] = [
     spec("updated_at", Kind::Timestamp, false, false),
     spec("started_at", Kind::Timestamp, true, true),
     spec("finished_at", Kind::Timestamp, true, true),
+    later("run_at", Kind::Timestamp),
+    later("priority", Kind::SmallInt),
+    later("scope", Kind::Text(SCOPE_MAX_CHARS)),
+    later("dedup_window_end", Kind::BigInt),
 ];
 
-/// Generated columns of later schemas that an existing table may already have.
-const GENERATED: [&str; 1] = ["active_marker"];
+/// The MySQL/MariaDB generated columns behind the unique index, old and new.
+const GENERATED: [&str; 2] = ["active_marker", "occupied"];
 
 /// A column [`ensure_schema`](crate::ensure_schema) cannot make usable.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -167,7 +189,7 @@ fn accepts(dialect: Dialect, kind: Kind, column: &Column) -> Result<(), String> 
             // into numbers.
             let affinity = sqlite_affinity(data_type);
             let ok = match kind {
-                Kind::Int => affinity == Affinity::Integer,
+                Kind::Int | Kind::SmallInt | Kind::BigInt => affinity == Affinity::Integer,
                 Kind::Uuid => affinity != Affinity::Integer,
                 Kind::Timestamp => matches!(
                     affinity,
@@ -182,7 +204,7 @@ fn accepts(dialect: Dialect, kind: Kind, column: &Column) -> Result<(), String> 
                     "{} (a declared type with {})",
                     sqlite_type(kind),
                     match kind {
-                        Kind::Int => "INTEGER affinity",
+                        Kind::Int | Kind::SmallInt | Kind::BigInt => "INTEGER affinity",
                         Kind::Uuid => "any affinity but INTEGER, which would make it the rowid",
                         _ => "TEXT or BLOB affinity",
                     }
@@ -202,6 +224,8 @@ fn accepts(dialect: Dialect, kind: Kind, column: &Column) -> Result<(), String> 
                 }
                 Kind::Json => matches!(data_type, "jsonb" | "json"),
                 Kind::Int => data_type == "int4",
+                Kind::SmallInt => data_type == "int2",
+                Kind::BigInt => data_type == "int8",
                 Kind::Timestamp => data_type == "timestamptz",
             };
             if ok { Ok(()) } else { Err(postgres_type(kind)) }
@@ -220,7 +244,9 @@ fn accepts(dialect: Dialect, kind: Kind, column: &Column) -> Result<(), String> 
                 // MariaDB reports JSON as longtext.
                 Kind::Json => matches!(data_type, "json" | "longtext"),
                 // sqlx reads any signed integer type into i32, checking the range.
-                Kind::Int => matches!(data_type, "int" | "bigint" | "mediumint"),
+                Kind::Int | Kind::SmallInt | Kind::BigInt => {
+                    matches!(data_type, "int" | "bigint" | "mediumint" | "smallint")
+                }
                 Kind::Timestamp => data_type == "datetime" && column.precision == Some(6),
             };
             if ok { Ok(()) } else { Err(mysql_type(kind)) }
@@ -261,6 +287,8 @@ fn sqlite_affinity(declared: &str) -> Affinity {
 
 fn sqlite_type(kind: Kind) -> String {
     match kind {
+        Kind::SmallInt => "smallint".to_owned(),
+        Kind::BigInt => "bigint".to_owned(),
         Kind::Uuid => "uuid_text".to_owned(),
         Kind::Key(max) | Kind::Text(max) => format!("varchar({max})"),
         Kind::LongText => "text".to_owned(),
@@ -272,6 +300,8 @@ fn sqlite_type(kind: Kind) -> String {
 
 fn postgres_type(kind: Kind) -> String {
     match kind {
+        Kind::SmallInt => "smallint".to_owned(),
+        Kind::BigInt => "bigint".to_owned(),
         Kind::Uuid => "uuid".to_owned(),
         Kind::Key(max) | Kind::Text(max) => format!("varchar({max})"),
         Kind::LongText => "text".to_owned(),
@@ -283,6 +313,8 @@ fn postgres_type(kind: Kind) -> String {
 
 fn mysql_type(kind: Kind) -> String {
     match kind {
+        Kind::SmallInt => "smallint".to_owned(),
+        Kind::BigInt => "bigint".to_owned(),
         Kind::Uuid => "binary(16)".to_owned(),
         Kind::Key(max) => format!("varbinary({})", max * 4),
         Kind::Text(max) => format!("varchar({max})"),
@@ -356,7 +388,7 @@ mod tests {
 
     #[test]
     fn added_columns_are_nullable_or_defaulted() {
-        for spec in COLUMNS.iter().filter(|spec| spec.addable) {
+        for spec in COLUMNS.iter().filter(|s| s.addable && !s.from_migration) {
             assert!(spec.nullable || spec.kind == Kind::Int, "{}", spec.name);
         }
         let attempts = COLUMNS

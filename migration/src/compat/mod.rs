@@ -7,6 +7,7 @@ mod latest;
 use std::fmt;
 
 use sea_orm_migration::prelude::*;
+use sea_orm_migration::sea_orm::TransactionTrait;
 
 pub use latest::ColumnProblem;
 
@@ -126,9 +127,26 @@ where
 {
     let manager = SchemaManager::new(db);
     let dialect = Dialect::of(&manager)?;
+    if dialect == Dialect::MySql {
+        // DDL commits implicitly there, transaction or not; every step is idempotent,
+        // so after an error a second call completes the work.
+        return ensure_schema_in(&manager, dialect).await;
+    }
+    // One transaction (a savepoint in the caller's): all or nothing, and one connection
+    // sees every step (pooled SQLite connections would see stale schemas in between).
+    let txn = manager.get_connection().begin().await?;
+    let report = ensure_schema_in(&SchemaManager::new(&txn), dialect).await?;
+    txn.commit().await?;
+    Ok(report)
+}
+
+async fn ensure_schema_in(
+    manager: &SchemaManager<'_>,
+    dialect: Dialect,
+) -> Result<CompatReport, SchemaError> {
     let mut report = CompatReport::default();
     let before = if manager.has_table("task_run").await? {
-        let table = inspect::inspect(&manager, dialect).await?;
+        let table = inspect::inspect(manager, dialect).await?;
         let problems = latest::problems(&table, dialect);
         if !problems.is_empty() {
             return Err(SchemaError::Incompatible { problems });
@@ -140,16 +158,18 @@ where
     };
 
     if !report.created_table {
-        for spec in latest::COLUMNS
+        // The columns of the first migration a table may lack; later migrations add
+        // their own below.
+        let missing = latest::COLUMNS
             .iter()
-            .filter(|s| before.column(s.name).is_none())
-        {
-            sql::run(&manager, &[&latest::add_column(dialect, spec)]).await?;
+            .filter(|s| !s.from_migration && before.column(s.name).is_none());
+        for spec in missing {
+            sql::run(manager, &[&latest::add_column(dialect, spec)]).await?;
         }
         if dialect == Dialect::MySql
             && let Some((columns, alter)) = latest::mysql_exact_keys(&before)
         {
-            sql::run(&manager, &[&alter]).await?;
+            sql::run(manager, &[&alter]).await?;
             report.converted_columns = columns;
         }
         if !before
@@ -157,14 +177,14 @@ where
             .iter()
             .any(|i| i == active_index::ACTIVE_RESOURCE_UIDX)
         {
-            report.cancelled_duplicates = active_index::cancel_duplicate_active(&manager).await?;
+            report.cancelled_duplicates = active_index::cancel_duplicate_active(manager).await?;
         }
     }
     for migration in crate::migrations() {
-        migration.up(&manager).await?;
+        migration.up(manager).await?;
     }
 
-    let after = inspect::inspect(&manager, dialect).await?;
+    let after = inspect::inspect(manager, dialect).await?;
     if !report.created_table {
         report.added_columns = after
             .columns
