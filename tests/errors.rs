@@ -1,7 +1,7 @@
 //! The error a caller gets does not depend on the path: on a pool `find_or_enqueue` and
 //! `find_active` run on sqlx directly, in a transaction through SeaORM, and both return
-//! the `DbErr` variant SeaORM returns for the same failure (`Query` for reads, `Exec` for
-//! writes, `Conn` when no connection can be had).
+//! the `DbErr` variant SeaORM returns for the same failure (`Query` for statements that
+//! return rows, `Exec` for the others, `Conn` when no connection can be had).
 
 mod common;
 
@@ -57,15 +57,22 @@ async fn failed_statements_give_seaorms_variant_on_both_paths(db: &TestDb) {
     let txn_read = txn.find_active(&key()).await.expect_err("no table");
     txn.rollback().await.expect("rollback");
 
-    // SeaORM's own statement layer, for the same statements.
-    let seaorm_write = db
-        .db
-        .execute_raw(Statement::from_string(
-            db.dialect.backend(),
-            "INSERT INTO task_run (id) VALUES (NULL)",
-        ))
-        .await
-        .expect_err("no table");
+    // SeaORM's own statement layer, for the same kinds of statement: the insert returns
+    // the new id on PostgreSQL and SQLite (a query there), and is a plain write on MySQL.
+    let insert = Statement::from_string(
+        db.dialect.backend(),
+        match db.dialect {
+            Dialect::MySql => "INSERT INTO task_run (id) VALUES (NULL)",
+            Dialect::Postgres | Dialect::Sqlite => {
+                "INSERT INTO task_run (id) VALUES (NULL) RETURNING id"
+            }
+        },
+    );
+    let seaorm_write = match db.dialect {
+        Dialect::MySql => db.db.execute_raw(insert).await.map(drop),
+        Dialect::Postgres | Dialect::Sqlite => db.db.query_one_raw(insert).await.map(drop),
+    }
+    .expect_err("no table");
     let seaorm_read = db
         .db
         .query_one_raw(Statement::from_string(
@@ -75,11 +82,15 @@ async fn failed_statements_give_seaorms_variant_on_both_paths(db: &TestDb) {
         .await
         .expect_err("no table");
 
-    assert_eq!(db_variant(&seaorm_write), "Exec");
+    let write = match db.dialect {
+        Dialect::MySql => "Exec",
+        Dialect::Postgres | Dialect::Sqlite => "Query",
+    };
+    assert_eq!(db_variant(&seaorm_write), write);
     assert_eq!(db_variant(&seaorm_read), "Query");
     assert_eq!(
         (variant(&pool_write), variant(&txn_write)),
-        ("Exec", "Exec"),
+        (write, write),
         "{pool_write:?} / {txn_write:?}"
     );
     assert_eq!(

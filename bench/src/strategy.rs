@@ -346,18 +346,41 @@ impl Runner {
             });
         }
         let pool = self.db.get_mysql_connection_pool();
-        match bind_new!(sqlx::query(self.sql.insert), key, Some(&payload))
-            .execute(pool)
-            .await
-        {
-            Ok(_) => return Ok(Outcome::Created),
-            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {}
-            Err(e) => return Err(e),
+        for attempt in 1..=MAX_ATTEMPTS {
+            match bind_new!(sqlx::query(self.sql.insert), key, Some(&payload))
+                .execute(pool)
+                .await
+            {
+                Ok(_) => return Ok(Outcome::Created),
+                Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {}
+                Err(e) if is_retryable(&e) => {
+                    backoff(attempt).await;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+            match self.mysql_replace_queued(pool, key, &payload).await {
+                Ok(()) => return Ok(Outcome::Existing),
+                // InnoDB broke a deadlock between replacers: run the call again.
+                Err(e) if is_retryable(&e) => backoff(attempt).await,
+                Err(e) => return Err(e),
+            }
         }
+        Err(sqlx::Error::Protocol("replace: too many attempts".into()))
+    }
+
+    /// MySQL, after the duplicate-key error: the UPDATE of the queued row and the read of
+    /// it, in one transaction.
+    async fn mysql_replace_queued(
+        &self,
+        pool: &sqlx::MySqlPool,
+        key: &TaskKey,
+        payload: &serde_json::Value,
+    ) -> Result<(), sqlx::Error> {
         let mut txn = pool.begin().await?;
         let now = task_run::now();
         sqlx::query(self.sql.replace)
-            .bind(&payload)
+            .bind(payload)
             .bind(now)
             .bind(0_i16)
             .bind(now)
@@ -373,8 +396,7 @@ impl Runner {
             .fetch_one(&mut *txn)
             .await?;
         std::hint::black_box(decode!(row));
-        txn.commit().await?;
-        Ok(Outcome::Existing)
+        txn.commit().await
     }
 
     async fn naive(&self, key: &TaskKey) -> Result<Outcome, sqlx::Error> {

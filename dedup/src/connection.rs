@@ -93,8 +93,9 @@ macro_rules! on_sqlx_pool {
     };
 }
 
-/// Runs `sql`, an INSERT of a new task (`row`'s values bound as [`insert_values`]
-/// lists them), and returns the affected-row count.
+/// Runs `sql`, an INSERT of a new task (`row`'s values bound as [`insert_values`]), and
+/// says whether the row went in: with `returning_id` (an INSERT ... DO NOTHING
+/// RETURNING id), whether it returned a row; otherwise whether it succeeded.
 ///
 /// This statement and [`select_occupant`] are the hot path of `find_or_enqueue`. On a
 /// pool they go to sqlx directly, with the values borrowed from the row and the SQL a
@@ -108,17 +109,27 @@ pub(crate) async fn insert_row<C: DedupConnection + ?Sized>(
     backend: DbBackend,
     sql: &'static str,
     row: &task_run::Model,
-) -> Result<u64, DbErr> {
+    returning_id: bool,
+) -> Result<bool, DbErr> {
     on_sqlx_pool!(db, pool => {
         let mut conn = pool.acquire().await.map_err(acquire_err)?;
-        bind_row(sqlx::query(sql), row)
-            .execute(&mut *conn)
-            .await
-            .map(|result| result.rows_affected())
-            .map_err(exec_err)
+        let query = bind_row(sqlx::query(sql), row);
+        if returning_id {
+            query
+                .fetch_optional(&mut *conn)
+                .await
+                .map(|id| id.is_some())
+                .map_err(query_err)
+        } else {
+            query.execute(&mut *conn).await.map(|_| true).map_err(exec_err)
+        }
     }, else => {
         let insert = Statement::from_sql_and_values(backend, sql, insert_values(row));
-        Ok(db.execute_raw(insert).await?.rows_affected())
+        if returning_id {
+            Ok(db.query_one_raw(insert).await?.is_some())
+        } else {
+            db.execute_raw(insert).await.map(|_| true)
+        }
     })
 }
 

@@ -45,9 +45,9 @@ mod sqlite;
 /// order they appear in the text (MySQL's `?` are positional): a SET's before a WHERE's.
 pub(crate) struct Statements {
     /// Inserts a new task unless its key is held (11 row parameters, see
-    /// `connection::insert_binds`). PostgreSQL/SQLite: `DO NOTHING`, one affected row when
-    /// inserted; MySQL: a plain INSERT whose duplicate-key error on the unique index means
-    /// "held".
+    /// `connection::insert_values`). PostgreSQL/SQLite: `DO NOTHING RETURNING id`, a row
+    /// when inserted; MySQL: a plain INSERT whose duplicate-key error on the unique index
+    /// means "held".
     pub insert: &'static str,
     /// [`OnConflict::ReplaceIfQueued`](crate::OnConflict::ReplaceIfQueued).
     /// PostgreSQL/SQLite: the INSERT with `DO UPDATE ... WHERE status = 'queued'
@@ -211,7 +211,8 @@ impl Dialect {
         let statements = self.statements();
         if !self.supports_returning() {
             // MySQL: a plain INSERT; the duplicate-key error on our index means "held".
-            return match connection::insert_row(db, self.backend(), statements.insert, row).await {
+            let insert = connection::insert_row(db, self.backend(), statements.insert, row, false);
+            return match insert.await {
                 Ok(_) => Ok(Inserted::Created),
                 Err(err) if self.is_held_key_violation(&err) && replace => {
                     self.replace_queued(db, row).await
@@ -221,9 +222,11 @@ impl Dialect {
             };
         }
         if !replace {
+            // RETURNING rather than the affected-row count: the same answer, and on
+            // SQLite a lower median latency under contention (BENCHMARKS.md).
             let inserted =
-                connection::insert_row(db, self.backend(), statements.insert, row).await?;
-            return Ok(if inserted == 1 {
+                connection::insert_row(db, self.backend(), statements.insert, row, true).await?;
+            return Ok(if inserted {
                 Inserted::Created
             } else {
                 Inserted::Held

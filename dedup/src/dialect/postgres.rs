@@ -14,7 +14,7 @@ pub(super) const STATEMENTS: Statements = Statements {
     // The conflict target repeats the index predicate as literals: with bound values
     // PostgreSQL fails with 42P10 once a cached statement switches to a generic plan.
     // `DO NOTHING`, not a caught unique violation: a failed INSERT would abort the
-    // caller's transaction. The affected-row count is exact.
+    // caller's transaction. A returned id means inserted.
     insert: concat!(
         "INSERT INTO task_run (",
         insert_columns!(),
@@ -23,7 +23,7 @@ pub(super) const STATEMENTS: Statements = Statements {
          ON CONFLICT (user_id, task_type, resource_key, dedup_window_end) \
          WHERE ",
         occupies_key_sql!(),
-        " DO NOTHING"
+        " DO NOTHING RETURNING id"
     ),
     // `DO UPDATE ... WHERE`: the queued row holding the key is updated in the same
     // atomic step; a running or finished one is left alone and nothing comes back.

@@ -23,7 +23,7 @@ pub(super) const STATEMENTS: Statements = Statements {
         "INSERT INTO task_run (",
         insert_columns!(),
         ") \
-         VALUES (?, ?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+         VALUES (?, ?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id"
     ),
     // Untargeted `DO UPDATE` (SQLite 3.35+), for the reason above.
     replace: concat!(
