@@ -241,6 +241,24 @@ fn insert_values(row: &task_run::Model) -> Vec<Value> {
     ]
 }
 
+/// Closes the pool's idle connections that no longer answer a ping (the server dropped
+/// them), so the next statements get live or new ones. Called after a lost connection
+/// only: one ping per idle connection then, nothing on the way to a healthy database.
+pub(crate) async fn close_dead_connections(db: &DatabaseConnection) {
+    on_sqlx_pool!(db, pool => {
+        let mut live = Vec::new();
+        // Idle connections only: those in use are someone else's.
+        while let Some(mut conn) = pool.try_acquire() {
+            if sqlx::Connection::ping(&mut *conn).await.is_ok() {
+                live.push(conn);
+            } else {
+                conn.close_on_drop();
+            }
+        }
+        // The live ones go back to the pool here.
+    }, else => {})
+}
+
 /// The `DbErr` SeaORM gives when it cannot get a connection from the pool, so that
 /// callers see the same error on both paths (sea-orm's `sqlx_conn_acquire_err`).
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]

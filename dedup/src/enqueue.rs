@@ -9,6 +9,7 @@ use crate::connection::DedupConnection;
 use crate::dialect::{Dialect, Inserted, is_transaction_conflict};
 use crate::error::DedupError;
 use crate::key::TaskKey;
+use crate::reconnect::{self, Retrying};
 use crate::task::{NewTask, OnConflict, Scope};
 use crate::task_run;
 
@@ -132,70 +133,117 @@ impl<C: DedupConnection> TaskDedup for C {
     async fn find_or_enqueue(&self, task: NewTask) -> Result<Enqueued, DedupError> {
         task.validate()?;
         let dialect = Dialect::of(self)?;
+        let budget = task
+            .retry_budget
+            .unwrap_or_else(reconnect::default_retry_budget);
         let (key, on_conflict, mut row) = task.into_row();
         let replace = on_conflict == OnConflict::ReplaceIfQueued;
-
-        for attempt in 1..=MAX_ENQUEUE_ATTEMPTS {
-            let found = match dialect.insert(self, &row, replace).await {
-                Ok(Inserted::Created) => {
-                    tracing::debug!(task_id = %row.id, key = %key, attempt, "task created");
-                    return Ok(Enqueued::Created(row));
+        // Every retry keeps the id: an attempt lost with its connection may have
+        // committed the row, and then the retry finds it instead of inserting another.
+        let mut retrying = Retrying::new(self, budget, "find_or_enqueue");
+        loop {
+            let after_lost_attempt = retrying.after_lost_attempt();
+            let attempt = async {
+                if after_lost_attempt && let Some(stored) = dialect.by_id(self, row.id).await? {
+                    tracing::info!(task_id = %stored.id, key = %key, "the lost attempt had created the task");
+                    return Ok(Enqueued::Existing(stored));
                 }
-                Ok(Inserted::Replaced(task)) => {
-                    tracing::debug!(task_id = %task.id, key = %key, attempt, "queued task replaced");
-                    return Ok(Enqueued::Replaced(*task));
-                }
-                Ok(Inserted::Held) => {
-                    dialect
-                        .find_occupant(self, &key, row.dedup_window_end, true)
-                        .await
-                }
-                Err(err) => Err(err),
+                enqueue(self, dialect, &key, replace, &mut row).await
             };
-            match found {
-                Ok(Some(existing)) => {
-                    tracing::debug!(task_id = %existing.id, key = %key, attempt, "existing task returned");
-                    return Ok(Enqueued::Existing(existing));
-                }
-                Ok(None) => {
-                    tracing::debug!(key = %key, attempt, "the task holding the key let go before it was read; retrying");
-                    // A fresh id, in case what conflicted was the id itself (SQLite's
-                    // untargeted ON CONFLICT covers the primary key too).
-                    row.id = Uuid::now_v7();
-                }
-                // The insert or the locking read after it (InnoDB) was the victim.
-                Err(err) if is_transaction_conflict(&err) => {
-                    if self.in_transaction() {
-                        tracing::warn!(key = %key, error = %err, "transaction aborted by the database");
-                        return Err(DedupError::TransactionAborted(err));
-                    }
-                    tracing::debug!(key = %key, attempt, error = %err, "aborted by a deadlock; retrying");
-                    tokio::time::sleep(backoff(attempt)).await;
-                }
-                Err(err) => return Err(err.into()),
+            if let Some(outcome) = retrying.run(attempt).await {
+                return outcome;
             }
         }
-        tracing::warn!(key = %key, attempts = MAX_ENQUEUE_ATTEMPTS, "gave up: contention");
-        Err(DedupError::Contention {
-            key,
-            attempts: MAX_ENQUEUE_ATTEMPTS,
-        })
     }
 
     async fn find_active(&self, key: &TaskKey) -> Result<Option<task_run::Model>, DedupError> {
         let dialect = Dialect::of(self)?;
         let window_end = Scope::Active.window_end(task_run::now());
-        Ok(dialect.find_occupant(self, key, window_end, false).await?)
+        let mut retrying = Retrying::new(self, reconnect::default_retry_budget(), "find_active");
+        loop {
+            let attempt = async { Ok(dialect.find_occupant(self, key, window_end, false).await?) };
+            if let Some(outcome) = retrying.run(attempt).await {
+                return outcome;
+            }
+        }
     }
 
     async fn find_occupant(&self, task: &NewTask) -> Result<Option<task_run::Model>, DedupError> {
         task.validate()?;
         let dialect = Dialect::of(self)?;
         let window_end = task.scope.window_end(task_run::now());
-        Ok(dialect
-            .find_occupant(self, &task.key, window_end, false)
-            .await?)
+        let budget = task
+            .retry_budget
+            .unwrap_or_else(reconnect::default_retry_budget);
+        let mut retrying = Retrying::new(self, budget, "find_occupant");
+        loop {
+            let attempt = async {
+                Ok(dialect
+                    .find_occupant(self, &task.key, window_end, false)
+                    .await?)
+            };
+            if let Some(outcome) = retrying.run(attempt).await {
+                return outcome;
+            }
+        }
     }
+}
+
+/// Insert first, read on conflict: the body of `find_or_enqueue`, on one connection's
+/// worth of luck. Retries (with a fresh id) when the task holding the key let go of it
+/// before it could be read, and on a pool when a deadlock aborted the insert.
+async fn enqueue<C: DedupConnection>(
+    db: &C,
+    dialect: Dialect,
+    key: &TaskKey,
+    replace: bool,
+    row: &mut task_run::Model,
+) -> Result<Enqueued, DedupError> {
+    for attempt in 1..=MAX_ENQUEUE_ATTEMPTS {
+        let found = match dialect.insert(db, row, replace).await {
+            Ok(Inserted::Created) => {
+                tracing::debug!(task_id = %row.id, key = %key, attempt, "task created");
+                return Ok(Enqueued::Created(row.clone()));
+            }
+            Ok(Inserted::Replaced(task)) => {
+                tracing::debug!(task_id = %task.id, key = %key, attempt, "queued task replaced");
+                return Ok(Enqueued::Replaced(*task));
+            }
+            Ok(Inserted::Held) => {
+                dialect
+                    .find_occupant(db, key, row.dedup_window_end, true)
+                    .await
+            }
+            Err(err) => Err(err),
+        };
+        match found {
+            Ok(Some(existing)) => {
+                tracing::debug!(task_id = %existing.id, key = %key, attempt, "existing task returned");
+                return Ok(Enqueued::Existing(existing));
+            }
+            Ok(None) => {
+                tracing::debug!(key = %key, attempt, "the task holding the key let go before it was read; retrying");
+                // A fresh id, in case what conflicted was the id itself (SQLite's
+                // untargeted ON CONFLICT covers the primary key too).
+                row.id = Uuid::now_v7();
+            }
+            // The insert or the locking read after it (InnoDB) was the victim.
+            Err(err) if is_transaction_conflict(&err) => {
+                if db.in_transaction() {
+                    tracing::warn!(key = %key, error = %err, "transaction aborted by the database");
+                    return Err(DedupError::TransactionAborted(err));
+                }
+                tracing::debug!(key = %key, attempt, error = %err, "aborted by a deadlock; retrying");
+                tokio::time::sleep(backoff(attempt)).await;
+            }
+            Err(err) => return Err(err.into()),
+        }
+    }
+    tracing::warn!(key = %key, attempts = MAX_ENQUEUE_ATTEMPTS, "gave up: contention");
+    Err(DedupError::Contention {
+        key: key.clone(),
+        attempts: MAX_ENQUEUE_ATTEMPTS,
+    })
 }
 
 /// A random pause of up to 2^attempt ms (capped at 64 ms), so that callers a deadlock

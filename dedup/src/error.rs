@@ -82,22 +82,63 @@ pub enum DedupError {
         /// The worker that holds the lease.
         holder: Option<String>,
     },
-    /// Any other database error, including an unreachable database or a pool timeout.
+    /// The connection was lost or could not be had: the server terminated the session,
+    /// restarted or refused connections, the network reset it
+    /// ([`is_connection_lost`](crate::is_connection_lost) says which errors count).
+    ///
+    /// On a pool, `find_or_enqueue`, `find_active` and the worker transitions retry on a
+    /// fresh connection first, within their retry budget; this is what is left when the
+    /// budget ran out. Inside the caller's transaction nothing is retried: the
+    /// transaction is gone with its connection, and only the caller can run it again.
+    /// Whether a write of the lost attempt took effect is unknown; running the same call
+    /// again is safe (it returns what the first one stored).
+    #[error("lost the database connection: {0}")]
+    ConnectionLost(#[source] DbErr),
+    /// The database gave up waiting: a lock wait or statement timeout (PostgreSQL
+    /// `lock_timeout`/`statement_timeout`, MySQL/MariaDB `innodb_lock_wait_timeout`,
+    /// SQLite's busy timeout). The statement wrote nothing; on PostgreSQL the caller's
+    /// transaction is aborted. Not retried by the library: the limit is the caller's.
+    #[error("the database timed out: {0}")]
+    Timeout(#[source] DbErr),
+    /// Any other database error, including a pool timeout.
     #[error(transparent)]
-    Database(#[from] DbErr),
+    Database(DbErr),
+}
+
+impl From<DbErr> for DedupError {
+    /// Classifies the error: [`ConnectionLost`](DedupError::ConnectionLost),
+    /// [`Timeout`](DedupError::Timeout), or else [`Database`](DedupError::Database).
+    fn from(err: DbErr) -> DedupError {
+        if crate::dialect::is_connection_lost(&err) {
+            DedupError::ConnectionLost(err)
+        } else if crate::dialect::is_timeout(&err) {
+            DedupError::Timeout(err)
+        } else {
+            DedupError::Database(err)
+        }
+    }
 }
 
 impl DedupError {
-    /// Whether running the same operation again (for [`TransactionAborted`], the whole
-    /// transaction) may succeed: [`Contention`] and [`TransactionAborted`].
+    /// Whether running the same operation again (for [`TransactionAborted`] and, in a
+    /// transaction, [`ConnectionLost`], the whole transaction) may succeed:
+    /// [`Contention`], [`TransactionAborted`] and [`ConnectionLost`].
     ///
     /// [`Contention`]: DedupError::Contention
     /// [`TransactionAborted`]: DedupError::TransactionAborted
+    /// [`ConnectionLost`]: DedupError::ConnectionLost
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            DedupError::Contention { .. } | DedupError::TransactionAborted(_)
+            DedupError::Contention { .. }
+                | DedupError::TransactionAborted(_)
+                | DedupError::ConnectionLost(_)
         )
+    }
+
+    /// Whether the connection was lost ([`DedupError::ConnectionLost`]).
+    pub fn is_connection_lost(&self) -> bool {
+        matches!(self, DedupError::ConnectionLost(_))
     }
 }
 

@@ -108,6 +108,7 @@ pub struct NewTask {
     pub(crate) on_conflict: OnConflict,
     pub(crate) run_at: Option<DateTime<Utc>>,
     pub(crate) priority: i16,
+    pub(crate) retry_budget: Option<Duration>,
 }
 
 impl NewTask {
@@ -121,6 +122,7 @@ impl NewTask {
             on_conflict: OnConflict::default(),
             run_at: None,
             priority: 0,
+            retry_budget: None,
         }
     }
 
@@ -157,6 +159,15 @@ impl NewTask {
         self
     }
 
+    /// How long `find_or_enqueue` keeps retrying on a fresh connection after its
+    /// connection was lost (on a pool). Default:
+    /// [`default_retry_budget`](crate::default_retry_budget), 5 s unless changed.
+    /// `Duration::ZERO`: no retries.
+    pub fn retry_budget(mut self, budget: Duration) -> NewTask {
+        self.retry_budget = Some(budget);
+        self
+    }
+
     /// The task's key.
     pub fn key(&self) -> &TaskKey {
         &self.key
@@ -175,6 +186,7 @@ impl NewTask {
 
     /// The row this task is inserted as, created now.
     pub(crate) fn into_row(self) -> (TaskKey, OnConflict, task_run::Model) {
+        let _ = self.retry_budget;
         let now = task_run::now();
         let row = task_run::Model {
             id: Uuid::now_v7(),

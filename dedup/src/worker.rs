@@ -16,6 +16,7 @@ use crate::TaskStatus;
 use crate::connection::DedupConnection;
 use crate::dialect::{Dialect, Statements};
 use crate::error::{DedupError, Transition};
+use crate::reconnect::{self, Retrying};
 use crate::retry::{Retry, RetryPolicy};
 use crate::task_run;
 use crate::validate;
@@ -183,20 +184,22 @@ impl<C: DedupConnection> TaskWorker for C {
         validate::worker_id(worker_id)?;
         let lease_micros = validate::lease_micros(lease)?;
         let dialect = Dialect::of(self)?;
-        let values = vec![dialect.duration(lease_micros), id.into(), worker_id.into()];
         let guard = Guard::LeaseHolder {
             worker_id,
             done: &[TaskStatus::Running],
         };
-        transition(
-            self,
-            dialect,
-            Transition::Heartbeat,
-            id,
-            guard,
-            |s| s.heartbeat,
-            values,
-        )
+        retried(self, "heartbeat", || {
+            let values = vec![dialect.duration(lease_micros), id.into(), worker_id.into()];
+            transition(
+                self,
+                dialect,
+                Transition::Heartbeat,
+                id,
+                guard,
+                |s| s.heartbeat,
+                values,
+            )
+        })
         .await
     }
 
@@ -209,20 +212,22 @@ impl<C: DedupConnection> TaskWorker for C {
         validate::worker_id(worker_id)?;
         validate::json("result", result.as_ref())?;
         let dialect = Dialect::of(self)?;
-        let values = vec![result.into(), id.into(), worker_id.into()];
         let guard = Guard::LeaseHolder {
             worker_id,
             done: &[TaskStatus::Succeeded],
         };
-        transition(
-            self,
-            dialect,
-            Transition::Complete,
-            id,
-            guard,
-            |s| s.complete,
-            values,
-        )
+        retried(self, "complete", || {
+            let values = vec![result.clone().into(), id.into(), worker_id.into()];
+            transition(
+                self,
+                dialect,
+                Transition::Complete,
+                id,
+                guard,
+                |s| s.complete,
+                values,
+            )
+        })
         .await
     }
 
@@ -235,76 +240,32 @@ impl<C: DedupConnection> TaskWorker for C {
     ) -> Result<task_run::Model, DedupError> {
         validate::worker_id(worker_id)?;
         validate::error_text("error", error)?;
+        let delay_micros = match retry {
+            Retry::Never => None,
+            Retry::After(delay) => Some(validate::micros("retry", delay)?),
+        };
         let dialect = Dialect::of(self)?;
-        let final_failure = |error: String| {
-            let values = vec![error.into(), id.into(), worker_id.into()];
-            let guard = Guard::LeaseHolder {
-                worker_id,
-                done: FAILED_OR_RETRIED,
-            };
-            transition(
-                self,
-                dialect,
-                Transition::Fail,
-                id,
-                guard,
-                |s| s.fail,
-                values,
-            )
-        };
-        let Retry::After(delay) = retry else {
-            return final_failure(error.to_owned()).await;
-        };
-        let delay_micros = validate::micros("retry", delay)?;
-        let values = vec![
-            error.into(),
-            dialect.duration(delay_micros),
-            id.into(),
-            worker_id.into(),
-        ];
-        let guard = Guard::LeaseHolder {
-            worker_id,
-            done: FAILED_OR_RETRIED,
-        };
-        // In a savepoint (or a short transaction on a pool): on PostgreSQL a unique
-        // violation would otherwise abort the caller's transaction.
-        let txn = self.begin().await.map_err(DedupError::from)?;
-        match transition(
-            &txn,
-            dialect,
-            Transition::Fail,
-            id,
-            guard,
-            |s| s.retry,
-            values,
-        )
+        retried(self, "fail", || {
+            fail_once(self, dialect, id, worker_id, error, delay_micros)
+        })
         .await
-        {
-            Err(DedupError::Database(err)) if dialect.is_held_key_violation(&err) => {
-                txn.rollback().await?;
-                tracing::info!(task_id = %id, "not retried: a follow-up of this key is queued");
-                final_failure(not_retried(error)).await
-            }
-            outcome => {
-                txn.commit().await?;
-                outcome
-            }
-        }
     }
 
     async fn cancel(&self, id: Uuid, reason: &str) -> Result<task_run::Model, DedupError> {
         validate::error_text("reason", reason)?;
         let dialect = Dialect::of(self)?;
-        let values = vec![reason.into(), id.into()];
-        transition(
-            self,
-            dialect,
-            Transition::Cancel,
-            id,
-            Guard::Active,
-            |s| s.cancel,
-            values,
-        )
+        retried(self, "cancel", || {
+            let values = vec![reason.into(), id.into()];
+            transition(
+                self,
+                dialect,
+                Transition::Cancel,
+                id,
+                Guard::Active,
+                |s| s.cancel,
+                values,
+            )
+        })
         .await
     }
 
@@ -357,6 +318,85 @@ impl<C: DedupConnection> TaskWorker for C {
         let pruned = dialect.prune(self, micros).await?;
         tracing::debug!(pruned, "finished tasks pruned");
         Ok(pruned)
+    }
+}
+
+/// Runs the transition `make` builds until it gives an outcome, again on a fresh
+/// connection after a lost one (on a pool, within the default retry budget): the
+/// transitions are idempotent for their caller, so a repeat after an attempt that took
+/// effect returns what it stored.
+async fn retried<C, F, Fut>(
+    db: &C,
+    operation: &'static str,
+    mut make: F,
+) -> Result<task_run::Model, DedupError>
+where
+    C: DedupConnection,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<task_run::Model, DedupError>>,
+{
+    let mut retrying = Retrying::new(db, reconnect::default_retry_budget(), operation);
+    loop {
+        if let Some(outcome) = retrying.run(make()).await {
+            return outcome;
+        }
+    }
+}
+
+/// One attempt of `fail`: the final failure, or the retry (`delay_micros`) in a
+/// savepoint or short transaction: on PostgreSQL a unique violation (a follow-up queued
+/// behind a `Scope::Queued` task) would otherwise abort the caller's transaction; then
+/// the final failure instead.
+async fn fail_once<C: DedupConnection>(
+    db: &C,
+    dialect: Dialect,
+    id: Uuid,
+    worker_id: &str,
+    error: &str,
+    delay_micros: Option<i64>,
+) -> Result<task_run::Model, DedupError> {
+    let guard = Guard::LeaseHolder {
+        worker_id,
+        done: FAILED_OR_RETRIED,
+    };
+    let final_failure = |error: String| {
+        let values = vec![error.into(), id.into(), worker_id.into()];
+        transition(db, dialect, Transition::Fail, id, guard, |s| s.fail, values)
+    };
+    let Some(delay_micros) = delay_micros else {
+        return final_failure(error.to_owned()).await;
+    };
+    let values = vec![
+        error.into(),
+        dialect.duration(delay_micros),
+        id.into(),
+        worker_id.into(),
+    ];
+    let txn = db.begin().await?;
+    match transition(
+        &txn,
+        dialect,
+        Transition::Fail,
+        id,
+        guard,
+        |s| s.retry,
+        values,
+    )
+    .await
+    {
+        Ok(task) => {
+            txn.commit().await?;
+            Ok(task)
+        }
+        Err(DedupError::Database(err)) if dialect.is_held_key_violation(&err) => {
+            txn.rollback().await?;
+            tracing::info!(task_id = %id, "not retried: a follow-up of this key is queued");
+            final_failure(not_retried(error)).await
+        }
+        Err(err) => {
+            let _ = txn.rollback().await;
+            Err(err)
+        }
     }
 }
 

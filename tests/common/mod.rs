@@ -49,6 +49,29 @@ macro_rules! matrix {
     };
 }
 
+/// [`matrix!`] for what only a database server has (sessions to kill, a server to
+/// restart): `<name>::postgres` and `<name>::mysql`.
+#[macro_export]
+macro_rules! server_matrix {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                use $crate::common::{run, Dialect};
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn postgres() {
+                    run(Dialect::Postgres, stringify!($name), super::$name).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn mysql() {
+                    run(Dialect::MySql, stringify!($name), super::$name).await;
+                }
+            }
+        )*
+    };
+}
+
 /// A database the harness can provide.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {
@@ -165,6 +188,22 @@ impl TestDb {
         Pool {
             db,
             _permit: permit,
+        }
+    }
+
+    /// The server's admin URL and this test's database name (PostgreSQL, MySQL/MariaDB).
+    pub fn server(&self) -> Option<(&str, &str)> {
+        match &self.cleanup {
+            Cleanup::Drop { admin_url, name } => Some((admin_url, name)),
+            Cleanup::Files(_) => None,
+        }
+    }
+
+    /// The SQLite file of this test (SQLite only).
+    pub fn sqlite_path(&self) -> Option<&std::path::Path> {
+        match &self.cleanup {
+            Cleanup::Files(path) => Some(path),
+            Cleanup::Drop { .. } => None,
         }
     }
 

@@ -480,6 +480,66 @@ pub fn is_transaction_conflict(err: &DbErr) -> bool {
     false
 }
 
+/// Whether `err` means the connection was lost or could not be had, so that the same
+/// statement may succeed on a fresh connection: an I/O error (reset, broken pipe, end of
+/// stream, connection refused while a server restarts), a TLS failure mid-session, a
+/// crashed SQLite worker, or a server saying so (PostgreSQL SQLSTATE class 08, 57P01
+/// admin shutdown, 57P02 crash shutdown, 57P03 cannot connect now; MySQL/MariaDB 2006
+/// server gone, 2013 lost connection, 1927 connection killed, 1053 server shutdown, 4031
+/// disconnected for inactivity). Pool timeouts and a closed pool are not: waiting again
+/// would not help.
+///
+/// Use it on your own statements; task-dedup's own errors say it with
+/// [`DedupError::ConnectionLost`](crate::DedupError::ConnectionLost).
+pub fn is_connection_lost(err: &DbErr) -> bool {
+    #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+    {
+        use sea_orm::RuntimeErr;
+        use sea_orm::sqlx::Error;
+        let (DbErr::Exec(RuntimeErr::SqlxError(e))
+        | DbErr::Query(RuntimeErr::SqlxError(e))
+        | DbErr::Conn(RuntimeErr::SqlxError(e))) = err
+        else {
+            return false;
+        };
+        match e.as_ref() {
+            Error::Io(_) | Error::Tls(_) | Error::WorkerCrashed => return true,
+            Error::Database(_) => {}
+            _ => return false,
+        }
+    }
+    #[cfg(feature = "postgres")]
+    if postgres::is_connection_lost(err) {
+        return true;
+    }
+    #[cfg(feature = "mysql")]
+    if mysql::is_connection_lost(err) {
+        return true;
+    }
+    let _ = err;
+    false
+}
+
+/// Whether the database gave up waiting: PostgreSQL 57014 (statement timeout, or a
+/// cancel) and 55P03 (lock timeout), MySQL/MariaDB 1205 (lock wait timeout), 1969 and 3024
+/// (statement time limits), SQLite's busy timeout (SQLITE_BUSY).
+pub(crate) fn is_timeout(err: &DbErr) -> bool {
+    #[cfg(feature = "postgres")]
+    if postgres::is_timeout(err) {
+        return true;
+    }
+    #[cfg(feature = "mysql")]
+    if mysql::is_timeout(err) {
+        return true;
+    }
+    #[cfg(feature = "sqlite")]
+    if sqlite::is_timeout(err) {
+        return true;
+    }
+    let _ = err;
+    false
+}
+
 /// The database's own error behind `err`, when it is one of driver type `E`.
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 fn database_error<E: sea_orm::sqlx::error::DatabaseError>(err: &DbErr) -> Option<&E> {

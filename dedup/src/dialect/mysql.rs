@@ -95,6 +95,43 @@ const ER_DUP_ENTRY: u16 = 1062;
 /// InnoDB broke a deadlock by rolling back this statement's transaction.
 const ER_LOCK_DEADLOCK: u16 = 1213;
 
+/// The server went away or the connection dropped during a query (client-side codes).
+const CR_SERVER_GONE_ERROR: u16 = 2006;
+const CR_SERVER_LOST: u16 = 2013;
+/// The server is shutting down (its sessions get this before they close).
+const ER_SERVER_SHUTDOWN: u16 = 1053;
+/// MariaDB: the session was killed (`KILL CONNECTION`).
+const ER_CONNECTION_KILLED: u16 = 1927;
+/// MySQL 8: the server disconnected an idle client.
+const ER_CLIENT_INTERACTION_TIMEOUT: u16 = 4031;
+/// InnoDB gave up waiting for a row lock (`innodb_lock_wait_timeout`).
+const ER_LOCK_WAIT_TIMEOUT: u16 = 1205;
+/// MariaDB `max_statement_time`, MySQL `max_execution_time`.
+const ER_STATEMENT_TIMEOUT: u16 = 1969;
+const ER_QUERY_TIMEOUT: u16 = 3024;
+
+pub(super) fn is_connection_lost(err: &DbErr) -> bool {
+    super::database_error::<MySqlDatabaseError>(err).is_some_and(|e| {
+        matches!(
+            e.number(),
+            CR_SERVER_GONE_ERROR
+                | CR_SERVER_LOST
+                | ER_SERVER_SHUTDOWN
+                | ER_CONNECTION_KILLED
+                | ER_CLIENT_INTERACTION_TIMEOUT
+        )
+    })
+}
+
+pub(super) fn is_timeout(err: &DbErr) -> bool {
+    super::database_error::<MySqlDatabaseError>(err).is_some_and(|e| {
+        matches!(
+            e.number(),
+            ER_LOCK_WAIT_TIMEOUT | ER_STATEMENT_TIMEOUT | ER_QUERY_TIMEOUT
+        )
+    })
+}
+
 /// Error 1062 on `task_active_resource_uidx`. The driver gives no index name but in the
 /// message (`Duplicate entry '...' for key 'task_active_resource_uidx'`; MySQL 8 prefixes
 /// the table), so this reads the message: the one place that does.

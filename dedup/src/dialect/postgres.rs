@@ -143,6 +143,34 @@ const SERIALIZATION_FAILURE: &str = "40001";
 /// SQLSTATE of a deadlock the server broke by aborting this statement.
 const DEADLOCK_DETECTED: &str = "40P01";
 
+/// SQLSTATE class of connection exceptions (08000, 08003, 08006, 08001, 08004, ...).
+const CONNECTION_EXCEPTION_CLASS: &str = "08";
+/// SQLSTATEs of a session the server ended: an administrator or a shutdown
+/// (`pg_terminate_backend`, fast shutdown), a crash of another backend, a server still
+/// starting up.
+const ADMIN_SHUTDOWN: &str = "57P01";
+const CRASH_SHUTDOWN: &str = "57P02";
+const CANNOT_CONNECT_NOW: &str = "57P03";
+/// SQLSTATE of a cancelled statement: `statement_timeout` (or `pg_cancel_backend`).
+const QUERY_CANCELED: &str = "57014";
+/// SQLSTATE of a lock not obtained within `lock_timeout`.
+const LOCK_NOT_AVAILABLE: &str = "55P03";
+
+pub(super) fn is_connection_lost(err: &DbErr) -> bool {
+    super::database_error::<PgDatabaseError>(err).is_some_and(|e| {
+        e.code().starts_with(CONNECTION_EXCEPTION_CLASS)
+            || matches!(
+                e.code(),
+                ADMIN_SHUTDOWN | CRASH_SHUTDOWN | CANNOT_CONNECT_NOW
+            )
+    })
+}
+
+pub(super) fn is_timeout(err: &DbErr) -> bool {
+    super::database_error::<PgDatabaseError>(err)
+        .is_some_and(|e| matches!(e.code(), QUERY_CANCELED | LOCK_NOT_AVAILABLE))
+}
+
 /// PostgreSQL names the violated constraint (here: the index) in its own field.
 pub(super) fn is_held_key_violation(err: &DbErr) -> bool {
     super::database_error::<PgDatabaseError>(err).is_some_and(|e| {

@@ -159,6 +159,19 @@ pub(super) fn is_held_key_violation(err: &DbErr) -> bool {
     })
 }
 
+/// Primary result code of a lock not obtained within the busy timeout
+/// (SQLITE_BUSY and its extended codes: 5, 261, 517, ...).
+const SQLITE_BUSY: i32 = 5;
+
+pub(super) fn is_timeout(err: &DbErr) -> bool {
+    super::database_error::<SqliteError>(err).is_some_and(|e| {
+        use sea_orm::sqlx::error::DatabaseError;
+        e.code()
+            .and_then(|code| code.parse::<i32>().ok())
+            .is_some_and(|code| code & 0xff == SQLITE_BUSY)
+    })
+}
+
 /// A date-function modifier such as `+30.000000 seconds`.
 pub(super) fn seconds_modifier(micros: i64) -> String {
     let sign = if micros < 0 { '-' } else { '+' };
