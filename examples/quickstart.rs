@@ -3,7 +3,8 @@
 //! task-dedup in one screen, on an embedded SQLite file (`quickstart.db`, recreated on
 //! every run): 100 concurrent `find_or_enqueue` calls for each of three resources create
 //! one task per resource; a worker claims and completes them; enqueuing again creates a
-//! new task because the key was released.
+//! new task because the key was released; a batch of 1,000 tasks, a tenth of them
+//! repeats, goes in with one call.
 //!
 //! `DATABASE_URL=postgres://... cargo run --example quickstart` (or `mysql://...`) runs
 //! the same on a server; it then uses a fresh user id so earlier runs do not interfere.
@@ -86,5 +87,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         again.task().id
     );
     db.cancel(again.task().id, "quickstart cleanup").await?;
+
+    // A burst: 1,000 reindex tasks in one call, every tenth a repeat of the one before.
+    let batch = (0..1_000)
+        .map(|i| {
+            let page = if i % 10 == 9 { i - 1 } else { i };
+            Ok(NewTask::new(TaskKey::new(&*user, "reindex", format!("page/{page}"))?))
+        })
+        .collect::<Result<Vec<_>, task_dedup::DedupError>>()?;
+    let outcomes = db.find_or_enqueue_many(batch).await?;
+    let created = outcomes.iter().filter(|o| o.is_created()).count();
+    println!(
+        "\nbatch of {} tasks -> {created} created, {} already there (repeats in the batch)",
+        outcomes.len(),
+        outcomes.len() - created
+    );
     Ok(())
 }

@@ -27,6 +27,7 @@ matrix!(
 // An embedded database has no server sessions to kill.
 server_matrix!(
     kill_storm_loses_no_call,
+    kill_storm_loses_no_batch,
     lost_connection_inside_a_transaction_is_returned_not_retried,
 );
 
@@ -244,6 +245,103 @@ async fn kill_storm_loses_no_call(db: &TestDb) {
         missing.is_empty(),
         "reported Created but not stored: {missing:?}"
     );
+}
+
+/// `find_or_enqueue_many` under the same storm: 8 callers, batches of 200 over 1,000
+/// keys that a worker keeps completing. Every batch gets its outcomes (within the retry
+/// budget), in order, each on its key; no key is held twice; every task reported created
+/// is stored.
+async fn kill_storm_loses_no_batch(db: &TestDb) {
+    db.migrate().await;
+    let pool = db.pool(12).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (_, database) = db.server().expect("a server dialect");
+    let killer = {
+        let (admin, dialect, database, stop) = (
+            admin(db).await,
+            db.dialect,
+            database.to_owned(),
+            stop.clone(),
+        );
+        tokio::spawn(async move {
+            let mut kills = 0;
+            while !stop.load(Ordering::Relaxed) {
+                kills += kill_sessions(&admin, dialect, &database).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            kills
+        })
+    };
+    let worker = {
+        let (pool, stop) = (pool.db.clone(), stop.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                match pool.claim("storm-worker", &[], LEASE).await {
+                    Ok(Some(task)) => {
+                        let _ = pool.complete(task.id, "storm-worker", None).await;
+                    }
+                    _ => tokio::time::sleep(Duration::from_millis(5)).await,
+                }
+            }
+        })
+    };
+    let mut callers = Vec::new();
+    for c in 0..8usize {
+        let (pool, stop) = (pool.db.clone(), stop.clone());
+        callers.push(tokio::spawn(async move {
+            let (mut batches, mut failed, mut created) = (0, Vec::new(), Vec::new());
+            let mut round = 0;
+            while !stop.load(Ordering::Relaxed) {
+                round += 1;
+                let resources: Vec<String> = (0..200)
+                    .map(|i| format!("batch-{}", (c * 125 + round * 37 + i) % 1_000))
+                    .collect();
+                let tasks = resources.iter().map(|r| NewTask::new(key(r)));
+                batches += 1;
+                match pool.find_or_enqueue_many(tasks).await {
+                    Ok(outcomes) => {
+                        assert_eq!(outcomes.len(), resources.len());
+                        for (outcome, resource) in outcomes.iter().zip(&resources) {
+                            assert_eq!(&outcome.task().resource_key, resource);
+                            if outcome.is_created() {
+                                created.push(outcome.task().id);
+                            }
+                        }
+                    }
+                    Err(err) => failed.push(err.to_string()),
+                }
+            }
+            (batches, failed, created)
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, Ordering::Relaxed);
+    let (mut batches, mut failed, mut created) = (0, Vec::new(), Vec::new());
+    for caller in callers {
+        let (b, f, c) = caller.await.expect("caller");
+        batches += b;
+        failed.extend(f);
+        created.extend(c);
+    }
+    let kills = killer.await.expect("killer");
+    worker.await.expect("worker");
+    println!(
+        "{}: {batches} batches, {} failed, {kills} sessions killed",
+        db.dialect.name(),
+        failed.len()
+    );
+    assert!(kills > 0 && batches > 8, "{batches} batches, {kills} kills");
+    assert!(
+        failed.len() * 200 <= batches,
+        "{} of {batches} batches failed: {:?}",
+        failed.len(),
+        failed.first()
+    );
+    assert_eq!(duplicate_holders(&db.db).await, 0);
+    let unique: HashSet<Uuid> = created.iter().copied().collect();
+    assert_eq!(unique.len(), created.len(), "Created reported twice");
+    let stored: HashSet<Uuid> = rows::all(&db.db).await.iter().map(|t| t.id).collect();
+    assert!(unique.is_subset(&stored), "reported Created but not stored");
 }
 
 async fn lost_connection_inside_a_transaction_is_returned_not_retried(db: &TestDb) {

@@ -28,9 +28,12 @@ pub struct Args {
     /// Timed calls in all.
     #[arg(long, default_value_t = 10_000)]
     pub ops: usize,
-    /// Distinct keys for `dup` and `churn`.
+    /// Distinct keys for `dup`, `churn`, `replace` and the held half of `bulk-mixed`.
     #[arg(long, default_value_t = 64)]
     pub keys: usize,
+    /// Tasks per call of the bulk workloads (`--ops` counts tasks).
+    #[arg(long, default_value_t = 100)]
+    pub batch: usize,
     /// Untimed calls before the run.
     #[arg(long, default_value_t = 1_000)]
     pub warmup: usize,
@@ -58,6 +61,19 @@ pub enum Workload {
     /// Like `dup`, with a new payload each call that replaces the queued task's
     /// (`OnConflict::ReplaceIfQueued`; raw-dedup: the hand-written upsert).
     Replace,
+    /// Batches of `--batch` tasks, every one a new key (`find_or_enqueue_many`; raw-dedup:
+    /// the hand-written bulk insert-or-nothing and lookup; raw-insert: COPY or a
+    /// multi-row INSERT).
+    Bulk,
+    /// Batches of `--batch` tasks, half of them on `--keys` keys that stay queued.
+    BulkMixed,
+}
+
+impl Workload {
+    /// Whether a call enqueues a batch.
+    pub fn is_bulk(self) -> bool {
+        matches!(self, Workload::Bulk | Workload::BulkMixed)
+    }
 }
 
 /// How a call enqueues.

@@ -12,6 +12,7 @@
 //! object instead). `bench/run.sh` runs the whole matrix.
 
 mod args;
+mod bulk;
 mod check;
 mod run;
 mod strategy;

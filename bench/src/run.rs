@@ -165,7 +165,13 @@ async fn prepare_schema(args: &Args) -> Result<(), String> {
     let db = task_dedup::connect(&args.url)
         .await
         .map_err(|e| e.to_string())?;
-    Migrator::down(&db, None).await.map_err(|e| e.to_string())?;
+    // Dropped rather than migrated down: an unsafe strategy's run left the table without
+    // its unique index, which the down migrations expect.
+    for table in ["task_run", task_dedup_migration::MIGRATION_TABLE] {
+        db.execute_unprepared(&format!("DROP TABLE IF EXISTS {table}"))
+            .await
+            .map_err(|e| e.to_string())?;
+    }
     Migrator::up(&db, None).await.map_err(|e| e.to_string())?;
     if !args.strategy.uses_unique_index() {
         let drop = match db.get_database_backend() {
@@ -237,7 +243,7 @@ async fn phase(
     for client in 0..args.clients {
         let (runner, next, barriers, stop) =
             (runner.clone(), next.clone(), barriers.clone(), stop.clone());
-        let (workload, keys) = (args.workload, args.keys);
+        let (workload, keys, batch) = (args.workload, args.keys, args.batch.max(1));
         callers.push(tokio::spawn(async move {
             let mut tally = Tally::default();
             let mut rng = XorShift::new(client as u64 + 1);
@@ -255,6 +261,17 @@ async fn phase(
                     }
                     let key = key(workload, label, client, round, keys, &mut rng);
                     call(&runner, key, None, &mut tally, deadline).await;
+                }
+            } else if workload.is_bulk() {
+                loop {
+                    let first = next.fetch_add(batch, Ordering::Relaxed);
+                    if first >= ops || past_deadline() {
+                        break;
+                    }
+                    let keys: Vec<TaskKey> = (first..first + batch)
+                        .map(|seq| key(workload, label, client, seq, keys, &mut rng))
+                        .collect();
+                    call_batch(&runner, keys, &mut tally, deadline).await;
                 }
             } else {
                 loop {
@@ -317,6 +334,28 @@ async fn call(
     match outcome {
         Ok(Outcome::Created) => tally.created += 1,
         Ok(Outcome::Existing) => {}
+        Err(error) => {
+            tally.errors += 1;
+            tally.first_error.get_or_insert(error);
+        }
+    }
+}
+
+/// One batch: `keys.len()` ops, one latency.
+async fn call_batch(runner: &Runner, keys: Vec<TaskKey>, tally: &mut Tally, deadline: Instant) {
+    let started = Instant::now();
+    let tasks = keys.len();
+    let call = runner.call_batch(keys);
+    let Ok(outcome) = tokio::time::timeout_at(deadline.into(), call).await else {
+        tally.abandoned += tasks;
+        return;
+    };
+    tally
+        .latencies_us
+        .push(started.elapsed().as_micros().try_into().unwrap_or(u64::MAX));
+    tally.ops += tasks;
+    match outcome {
+        Ok(created) => tally.created += created,
         Err(error) => {
             tally.errors += 1;
             tally.first_error.get_or_insert(error);

@@ -279,6 +279,11 @@ impl Runner {
         result.map_err(|e| e.to_string())
     }
 
+    /// One batch of the bulk workloads: how many tasks it created.
+    pub async fn call_batch(&self, keys: Vec<TaskKey>) -> Result<usize, String> {
+        crate::bulk::call(self.strategy, &self.db, keys).await
+    }
+
     async fn raw_insert(&self, key: &TaskKey) -> Result<Outcome, sqlx::Error> {
         on_pool!(self.db, pool => {
             bind_new!(sqlx::query(self.sql.insert), key).execute(pool).await?;
@@ -475,13 +480,13 @@ fn key_hash(key: &TaskKey) -> i64 {
 /// Deadlocks and serialization failures: PostgreSQL 40001/40P01, InnoDB 1213 (40001).
 /// The codes of `task_dedup::is_transaction_conflict`, which takes a SeaORM `DbErr`;
 /// these strategies see sqlx's errors.
-fn is_retryable(error: &sqlx::Error) -> bool {
+pub(crate) fn is_retryable(error: &sqlx::Error) -> bool {
     matches!(error, sqlx::Error::Database(e) if matches!(e.code().as_deref(), Some("40001" | "40P01")))
 }
 
 /// A random pause that grows with the attempt (up to 5 ms), so that the transactions a
 /// deadlock aborted together do not meet again.
-async fn backoff(attempt: u32) {
+pub(crate) async fn backoff(attempt: u32) {
     let ceiling = 100 * u64::from(attempt.min(50));
     let micros = std::collections::hash_map::RandomState::new().hash_one(attempt) % ceiling;
     tokio::time::sleep(Duration::from_micros(micros)).await;

@@ -35,6 +35,9 @@ pub fn key(
         Workload::Unique => format!("{phase}-{client}-{seq}"),
         Workload::Dup | Workload::Churn | Workload::Replace => return hot_key(rng.below(keys)),
         Workload::Race => format!("{phase}-race-{seq}"),
+        Workload::Bulk => format!("{phase}-{client}-{seq}"),
+        Workload::BulkMixed if seq.is_multiple_of(2) => return hot_key(rng.below(keys)),
+        Workload::BulkMixed => format!("{phase}-{client}-{seq}"),
     };
     bench_key(resource)
 }

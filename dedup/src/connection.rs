@@ -262,7 +262,7 @@ pub(crate) async fn close_dead_connections(db: &DatabaseConnection) {
 /// The `DbErr` SeaORM gives when it cannot get a connection from the pool, so that
 /// callers see the same error on both paths (sea-orm's `sqlx_conn_acquire_err`).
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
-fn acquire_err(err: sqlx::Error) -> DbErr {
+pub(crate) fn acquire_err(err: sqlx::Error) -> DbErr {
     use sea_orm::{ConnAcquireErr, RuntimeErr};
     match err {
         sqlx::Error::PoolTimedOut => DbErr::ConnectionAcquire(ConnAcquireErr::Timeout),
@@ -273,12 +273,12 @@ fn acquire_err(err: sqlx::Error) -> DbErr {
 
 /// The `DbErr` SeaORM gives when a statement run with `execute` fails.
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
-fn exec_err(err: sqlx::Error) -> DbErr {
+pub(crate) fn exec_err(err: sqlx::Error) -> DbErr {
     DbErr::Exec(sea_orm::RuntimeErr::SqlxError(err.into()))
 }
 
 /// The `DbErr` SeaORM gives when a query (a statement that returns rows) fails.
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
-fn query_err(err: sqlx::Error) -> DbErr {
+pub(crate) fn query_err(err: sqlx::Error) -> DbErr {
     DbErr::Query(sea_orm::RuntimeErr::SqlxError(err.into()))
 }

@@ -126,6 +126,50 @@ pub trait TaskDedup {
     /// [`DedupError::InvalidArgument`] for a period that is not whole seconds;
     /// [`DedupError::Database`].
     async fn find_occupant(&self, task: &NewTask) -> Result<Option<task_run::Model>, DedupError>;
+
+    /// [`find_or_enqueue`](Self::find_or_enqueue) for many tasks at once: one outcome per
+    /// task, in input order, each what `find_or_enqueue` would have returned for it with
+    /// the same policies, in a few statements per chunk of tasks rather than per task.
+    ///
+    /// - A key (and window) repeated in the batch: its first occurrence decides; the
+    ///   others get [`Enqueued::Existing`] of that task.
+    /// - Each task is atomic under concurrency as in `find_or_enqueue`: a key another
+    ///   caller takes meanwhile comes back `Existing`; two overlapping batches never both
+    ///   create a key.
+    /// - On a pool the batch is split into chunks (5,000 tasks on PostgreSQL, 2,000 on
+    ///   SQLite and MySQL/MariaDB, within their parameter limits), each atomic on its own:
+    ///   an error leaves the earlier chunks enqueued. Inside the caller's transaction
+    ///   everything runs in it.
+    /// - A lost connection is retried as in `find_or_enqueue` (within the default retry
+    ///   budget), a chunk whose round may have committed coming back `Existing`.
+    ///
+    /// # Errors
+    /// [`DedupError::InvalidItem`] with the index of the first invalid task, before any
+    /// SQL runs; otherwise as [`find_or_enqueue`](Self::find_or_enqueue).
+    ///
+    /// # Example
+    /// ```
+    /// use task_dedup::{NewTask, TaskDedup, TaskKey};
+    ///
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let db = task_dedup::connect("sqlite::memory:").await?;
+    /// # use task_dedup_migration::MigratorTrait;
+    /// task_dedup_migration::Migrator::up(&db, None).await?;
+    ///
+    /// let batch = ["doc/1", "doc/2", "doc/1"]
+    ///     .into_iter()
+    ///     .map(|doc| Ok(NewTask::new(TaskKey::new("user-1", "reindex", doc)?)))
+    ///     .collect::<Result<Vec<_>, task_dedup::DedupError>>()?;
+    /// let outcomes = db.find_or_enqueue_many(batch).await?;
+    /// assert!(outcomes[0].is_created() && outcomes[1].is_created());
+    /// assert_eq!(outcomes[2].task().id, outcomes[0].task().id);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    async fn find_or_enqueue_many<I>(&self, tasks: I) -> Result<Vec<Enqueued>, DedupError>
+    where
+        I: IntoIterator<Item = NewTask> + Send,
+        I::IntoIter: Send;
 }
 
 #[async_trait]
@@ -166,6 +210,15 @@ impl<C: DedupConnection> TaskDedup for C {
                 return outcome;
             }
         }
+    }
+
+    async fn find_or_enqueue_many<I>(&self, tasks: I) -> Result<Vec<Enqueued>, DedupError>
+    where
+        I: IntoIterator<Item = NewTask> + Send,
+        I::IntoIter: Send,
+    {
+        let tasks: Vec<NewTask> = tasks.into_iter().collect();
+        crate::bulk::find_or_enqueue_many(self, tasks).await
     }
 
     async fn find_occupant(&self, task: &NewTask) -> Result<Option<task_run::Model>, DedupError> {

@@ -31,6 +31,16 @@ pub enum DedupError {
         /// What is wrong with it.
         reason: InvalidReason,
     },
+    /// An item of a batch (`find_or_enqueue_many`) is invalid: its payload or scope (its
+    /// key was checked by [`TaskKey::new`]). Raised before any SQL runs: nothing of the
+    /// batch was written.
+    #[error("item {index} of the batch: {source}")]
+    InvalidItem {
+        /// The item's position in the input.
+        index: usize,
+        /// What is wrong with it.
+        source: Box<DedupError>,
+    },
     /// `find_or_enqueue` hit the unique index, but the conflicting task had left the
     /// active set before it could be read, on every attempt; or, on a plain connection,
     /// the database kept aborting the insert to resolve deadlocks. Only a storm of tasks

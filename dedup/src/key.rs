@@ -74,6 +74,24 @@ impl TaskKey {
     pub fn resource_key(&self) -> &str {
         &self.resource_key
     }
+
+    /// The three parts, moved out.
+    pub(crate) fn into_parts(self) -> (String, String, String) {
+        (self.user_id, self.task_type, self.resource_key)
+    }
+
+    /// A key from parts that were validated before (a stored task's).
+    pub(crate) fn from_trusted_parts(
+        user_id: &str,
+        task_type: &str,
+        resource_key: &str,
+    ) -> TaskKey {
+        TaskKey {
+            user_id: user_id.to_owned(),
+            task_type: task_type.to_owned(),
+            resource_key: resource_key.to_owned(),
+        }
+    }
 }
 
 impl fmt::Display for TaskKey {

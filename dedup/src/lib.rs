@@ -20,6 +20,7 @@
 //! # }).unwrap();
 //! ```
 
+mod bulk;
 mod connect;
 mod connection;
 mod dialect;

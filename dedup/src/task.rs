@@ -184,15 +184,22 @@ impl NewTask {
         self.scope.validate()
     }
 
-    /// The row this task is inserted as, created now.
+    /// The row this task is inserted as, created now, with its key.
     pub(crate) fn into_row(self) -> (TaskKey, OnConflict, task_run::Model) {
-        let _ = self.retry_budget;
-        let now = task_run::now();
+        let key = self.key.clone();
+        let (on_conflict, row) = self.into_row_at(task_run::now());
+        (key, on_conflict, row)
+    }
+
+    /// The row this task is inserted as, created at `now` (microseconds). The key's
+    /// strings move into the row.
+    pub(crate) fn into_row_at(self, now: DateTime<Utc>) -> (OnConflict, task_run::Model) {
+        let (user_id, task_type, resource_key) = self.key.into_parts();
         let row = task_run::Model {
             id: Uuid::now_v7(),
-            user_id: self.key.user_id().to_owned(),
-            task_type: self.key.task_type().to_owned(),
-            resource_key: self.key.resource_key().to_owned(),
+            user_id,
+            task_type,
+            resource_key,
             status: TaskStatus::Queued,
             payload: self.payload,
             result: None,
@@ -209,7 +216,7 @@ impl NewTask {
             scope: self.scope.stored(),
             dedup_window_end: self.scope.window_end(now),
         };
-        (self.key, self.on_conflict, row)
+        (self.on_conflict, row)
     }
 }
 

@@ -4,6 +4,8 @@
 //! list ([`columns!`]) and the predicate "holds its key"
 //! ([`occupies_key_sql!`](task_dedup_entity::occupies_key_sql)).
 
+use std::borrow::Cow;
+
 use sea_orm::{
     ConnectionTrait, DbBackend, DbErr, FromQueryResult, QueryResult, Statement, TransactionSession,
     TransactionTrait, Value,
@@ -32,6 +34,19 @@ macro_rules! insert_columns {
         "id, user_id, task_type, resource_key, status, payload, attempts, created_at, \
          updated_at, run_at, priority, scope, dedup_window_end"
     };
+}
+
+/// `count` groups of `group`, separated by commas: the rows of a multi-row statement.
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+fn repeat(group: &str, count: usize) -> String {
+    let mut rows = String::with_capacity((group.len() + 2) * count);
+    for n in 0..count {
+        if n > 0 {
+            rows.push_str(", ");
+        }
+        rows.push_str(group);
+    }
+    rows
 }
 
 #[cfg(feature = "mysql")]
@@ -93,6 +108,29 @@ pub(crate) struct Statements {
     pub prune: &'static str,
 }
 
+/// The statements of `find_or_enqueue_many`, for a chunk of `rows` tasks. PostgreSQL
+/// binds one array per column, whatever the number of rows (its texts are constants);
+/// SQLite and MySQL/MariaDB bind one value per row and column (their texts repeat the
+/// row's placeholders).
+pub(crate) struct Bulk {
+    /// Rows per chunk: within SQLite's 32,766 and MySQL's 65,535 placeholders, and a
+    /// statement size every server takes.
+    pub chunk: usize,
+    /// Inserts the rows, skipping those whose key is held. PostgreSQL/SQLite return the
+    /// ids that went in; MySQL's `ON DUPLICATE KEY UPDATE id = id` changes nothing on a
+    /// conflict (not `INSERT IGNORE`, which would also silence other errors).
+    pub insert: fn(usize) -> Cow<'static, str>,
+    /// The same, replacing the payload, run_at and priority of a queued task holding the
+    /// key (`ReplaceIfQueued`). PostgreSQL/SQLite return the rows inserted or updated.
+    pub replace: fn(usize) -> Cow<'static, str>,
+    /// The tasks holding the given keys and windows.
+    pub find_occupants: fn(usize) -> Cow<'static, str>,
+    /// The tasks of the given ids.
+    pub by_ids: fn(usize) -> Cow<'static, str>,
+    /// Which of the given ids exist (MySQL: which rows the insert put in).
+    pub ids_in: fn(usize) -> Cow<'static, str>,
+}
+
 /// One of the dialects this crate was built with (features `postgres`, `sqlite`,
 /// `mysql`), read from the connection at run time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -149,6 +187,27 @@ impl Dialect {
         }
     }
 
+    pub(crate) fn bulk(self) -> &'static Bulk {
+        match self {
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => &postgres::BULK,
+            #[cfg(feature = "sqlite")]
+            Dialect::Sqlite => &sqlite::BULK,
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => &mysql::BULK,
+        }
+    }
+
+    /// Whether the bulk statements bind one array per column (PostgreSQL).
+    pub(crate) fn binds_arrays(self) -> bool {
+        match self {
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => true,
+            #[allow(unreachable_patterns)]
+            _ => false,
+        }
+    }
+
     fn statements(self) -> &'static Statements {
         match self {
             #[cfg(feature = "postgres")]
@@ -162,7 +221,7 @@ impl Dialect {
 
     /// Whether `UPDATE ... RETURNING` exists. MySQL has none (MariaDB's is not in MySQL
     /// 8): there a write and the read of its row run in one short transaction.
-    fn supports_returning(self) -> bool {
+    pub(crate) fn supports_returning(self) -> bool {
         match self {
             #[cfg(feature = "mysql")]
             Dialect::MySql => false,
@@ -195,7 +254,7 @@ impl Dialect {
         }
     }
 
-    fn statement(self, sql: &str, values: Vec<Value>) -> Statement {
+    pub(crate) fn statement(self, sql: &str, values: Vec<Value>) -> Statement {
         Statement::from_sql_and_values(self.backend(), sql, values)
     }
 
@@ -633,6 +692,37 @@ mod tests {
     #[test]
     fn mysql_statements_are_pinned() {
         insta::assert_snapshot!(render(&mysql::STATEMENTS));
+    }
+
+    /// Each dialect's bulk statements, for two rows, pinned like the others.
+    fn render_bulk(bulk: &Bulk) -> String {
+        format!(
+            "chunk: {}\n\ninsert:\n{}\n\nreplace:\n{}\n\nfind_occupants:\n{}\n\nby_ids:\n{}\n\nids_in:\n{}\n",
+            bulk.chunk,
+            (bulk.insert)(2),
+            (bulk.replace)(2),
+            (bulk.find_occupants)(2),
+            (bulk.by_ids)(2),
+            (bulk.ids_in)(2)
+        )
+    }
+
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn postgres_bulk_statements_are_pinned() {
+        insta::assert_snapshot!(render_bulk(&postgres::BULK));
+    }
+
+    #[cfg(feature = "sqlite")]
+    #[test]
+    fn sqlite_bulk_statements_are_pinned() {
+        insta::assert_snapshot!(render_bulk(&sqlite::BULK));
+    }
+
+    #[cfg(feature = "mysql")]
+    #[test]
+    fn mysql_bulk_statements_are_pinned() {
+        insta::assert_snapshot!(render_bulk(&mysql::BULK));
     }
 
     #[test]

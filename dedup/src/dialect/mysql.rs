@@ -8,7 +8,9 @@ use sea_orm::DbErr;
 use sea_orm::sqlx::mysql::MySqlDatabaseError;
 use task_dedup_entity::task_run::ACTIVE_RESOURCE_UIDX;
 
-use super::Statements;
+use std::borrow::Cow;
+
+use super::{Bulk, Statements, repeat};
 
 pub(super) const STATEMENTS: Statements = Statements {
     // A plain INSERT, and the duplicate-key error on our index means "held". Not
@@ -88,6 +90,67 @@ pub(super) const STATEMENTS: Statements = Statements {
     prune: "DELETE FROM task_run WHERE status IN ('succeeded', 'failed', 'cancelled') \
             AND finished_at < UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
             AND dedup_window_end <= UNIX_TIMESTAMP()",
+};
+
+/// One multi-row statement per chunk, with the placeholders of the single insert per row.
+/// `ON DUPLICATE KEY UPDATE id = id` skips a row whose key is held without silencing any
+/// other error (unlike `INSERT IGNORE`); which rows went in is read back by id.
+pub(super) const BULK: Bulk = Bulk {
+    chunk: 2_000,
+    insert: |rows| {
+        Cow::Owned(format!(
+            concat!(
+                "INSERT INTO task_run (",
+                insert_columns!(),
+                ") VALUES {rows} \
+                 ON DUPLICATE KEY UPDATE id = id"
+            ),
+            rows = repeat("(?, ?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?)", rows)
+        ))
+    },
+    // `status` is the held row's: only a queued one takes the new values. (`VALUES()`:
+    // MariaDB has no row alias for the new row.)
+    replace: |rows| {
+        Cow::Owned(format!(
+            concat!(
+                "INSERT INTO task_run (",
+                insert_columns!(),
+                ") VALUES {rows} \
+                 ON DUPLICATE KEY UPDATE \
+                 payload = IF(status = 'queued', VALUES(payload), payload), \
+                 run_at = IF(status = 'queued', VALUES(run_at), run_at), \
+                 priority = IF(status = 'queued', VALUES(priority), priority), \
+                 updated_at = IF(status = 'queued', VALUES(updated_at), updated_at)"
+            ),
+            rows = repeat("(?, ?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?)", rows)
+        ))
+    },
+    // A locking read, as after a single conflict: it sees rows committed after the
+    // caller's REPEATABLE READ snapshot.
+    find_occupants: |rows| {
+        Cow::Owned(format!(
+            concat!(
+                "SELECT ",
+                columns!(),
+                " FROM task_run \
+                 WHERE (user_id, task_type, resource_key, dedup_window_end) IN ({keys}) \
+                 AND occupied = 1 LOCK IN SHARE MODE"
+            ),
+            keys = repeat("(?, ?, ?, ?)", rows)
+        ))
+    },
+    by_ids: |rows| {
+        Cow::Owned(format!(
+            concat!("SELECT ", columns!(), " FROM task_run WHERE id IN ({ids})"),
+            ids = repeat("?", rows)
+        ))
+    },
+    ids_in: |rows| {
+        Cow::Owned(format!(
+            "SELECT id FROM task_run WHERE id IN ({ids})",
+            ids = repeat("?", rows)
+        ))
+    },
 };
 
 /// A duplicate key in a unique index (or the primary key).

@@ -8,7 +8,9 @@ use sea_orm::sqlx::postgres::PgDatabaseError;
 use task_dedup_entity::occupies_key_sql;
 use task_dedup_entity::task_run::ACTIVE_RESOURCE_UIDX;
 
-use super::Statements;
+use std::borrow::Cow;
+
+use super::{Bulk, Statements};
 
 pub(super) const STATEMENTS: Statements = Statements {
     // The conflict target repeats the index predicate as literals: with bound values
@@ -134,6 +136,76 @@ pub(super) const STATEMENTS: Statements = Statements {
     prune: "DELETE FROM task_run WHERE status IN ('succeeded', 'failed', 'cancelled') \
             AND finished_at < statement_timestamp() + $1 * interval '1 microsecond' \
             AND dedup_window_end <= extract(epoch FROM statement_timestamp())",
+};
+
+/// One array per column: the texts do not depend on the number of rows. `created_at`
+/// and `updated_at` are one value for the whole chunk ($5). A task without a payload
+/// has `has_payload` false: an array of SeaORM values cannot hold NULL elements.
+pub(super) const BULK: Bulk = Bulk {
+    chunk: 5_000,
+    insert: |_| {
+        Cow::Borrowed(concat!(
+            "INSERT INTO task_run (",
+            insert_columns!(),
+            ") \
+             SELECT id, user_id, task_type, resource_key, 'queued', \
+             CASE WHEN has_payload THEN payload END, 0, $5, $5, run_at, priority, scope, \
+             dedup_window_end \
+             FROM unnest($1::uuid[], $2::varchar[], $3::varchar[], $4::varchar[], \
+             $6::jsonb[], $7::bool[], $8::timestamptz[], $9::int2[], $10::varchar[], $11::int8[]) \
+             AS t(id, user_id, task_type, resource_key, payload, has_payload, run_at, priority, \
+             scope, dedup_window_end) \
+             ON CONFLICT (user_id, task_type, resource_key, dedup_window_end) \
+             WHERE ",
+            occupies_key_sql!(),
+            " DO NOTHING RETURNING id"
+        ))
+    },
+    replace: |_| {
+        Cow::Borrowed(concat!(
+            "INSERT INTO task_run (",
+            insert_columns!(),
+            ") \
+             SELECT id, user_id, task_type, resource_key, 'queued', \
+             CASE WHEN has_payload THEN payload END, 0, $5, $5, run_at, priority, scope, \
+             dedup_window_end \
+             FROM unnest($1::uuid[], $2::varchar[], $3::varchar[], $4::varchar[], \
+             $6::jsonb[], $7::bool[], $8::timestamptz[], $9::int2[], $10::varchar[], $11::int8[]) \
+             AS t(id, user_id, task_type, resource_key, payload, has_payload, run_at, priority, \
+             scope, dedup_window_end) \
+             ON CONFLICT (user_id, task_type, resource_key, dedup_window_end) \
+             WHERE ",
+            occupies_key_sql!(),
+            " \
+             DO UPDATE SET payload = EXCLUDED.payload, run_at = EXCLUDED.run_at, \
+             priority = EXCLUDED.priority, updated_at = EXCLUDED.updated_at \
+             WHERE task_run.status = 'queued' \
+             RETURNING ",
+            columns!()
+        ))
+    },
+    // A join, so that each key is looked up in the unique index.
+    find_occupants: |_| {
+        Cow::Borrowed(concat!(
+            "SELECT ",
+            columns!(),
+            " \
+             FROM unnest($1::varchar[], $2::varchar[], $3::varchar[], $4::int8[]) \
+             AS k(k_user_id, k_task_type, k_resource_key, k_window_end) \
+             JOIN task_run ON user_id = k_user_id AND task_type = k_task_type \
+             AND resource_key = k_resource_key AND dedup_window_end = k_window_end \
+             WHERE ",
+            occupies_key_sql!()
+        ))
+    },
+    by_ids: |_| {
+        Cow::Borrowed(concat!(
+            "SELECT ",
+            columns!(),
+            " FROM task_run WHERE id = ANY($1)"
+        ))
+    },
+    ids_in: |_| Cow::Borrowed("SELECT id FROM task_run WHERE id = ANY($1)"),
 };
 
 /// SQLSTATE of a unique violation.

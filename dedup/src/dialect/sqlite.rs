@@ -10,7 +10,9 @@ use sea_orm::DbErr;
 use sea_orm::sqlx::sqlite::SqliteError;
 use task_dedup_entity::occupies_key_sql;
 
-use super::Statements;
+use std::borrow::Cow;
+
+use super::{Bulk, Statements, repeat};
 
 pub(super) const STATEMENTS: Statements = Statements {
     // No conflict target: it covers the partial unique index (and the primary key) and,
@@ -141,6 +143,65 @@ pub(super) const STATEMENTS: Statements = Statements {
     prune: "DELETE FROM task_run WHERE status IN ('succeeded', 'failed', 'cancelled') \
             AND finished_at < strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?) \
             AND dedup_window_end <= CAST(strftime('%s', 'now') AS INTEGER)",
+};
+
+/// One multi-row statement per chunk, with the 11 placeholders of the single insert per
+/// row: 2,000 rows stay within SQLite's 32,766 placeholders.
+pub(super) const BULK: Bulk = Bulk {
+    chunk: 2_000,
+    insert: |rows| {
+        Cow::Owned(format!(
+            concat!(
+                "INSERT INTO task_run (",
+                insert_columns!(),
+                ") VALUES {rows} \
+                 ON CONFLICT DO NOTHING RETURNING id"
+            ),
+            rows = repeat("(?, ?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?)", rows)
+        ))
+    },
+    replace: |rows| {
+        Cow::Owned(format!(
+            concat!(
+                "INSERT INTO task_run (",
+                insert_columns!(),
+                ") VALUES {rows} \
+                 ON CONFLICT DO UPDATE SET payload = excluded.payload, run_at = excluded.run_at, \
+                 priority = excluded.priority, updated_at = excluded.updated_at \
+                 WHERE status = 'queued' RETURNING ",
+                columns!()
+            ),
+            rows = repeat("(?, ?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?)", rows)
+        ))
+    },
+    // A join, so that each key is looked up in the unique index.
+    find_occupants: |rows| {
+        Cow::Owned(format!(
+            concat!(
+                "WITH k(k_user_id, k_task_type, k_resource_key, k_window_end) AS (VALUES {rows}) \
+                 SELECT ",
+                columns!(),
+                " FROM k \
+                 JOIN task_run ON user_id = k_user_id AND task_type = k_task_type \
+                 AND resource_key = k_resource_key AND dedup_window_end = k_window_end \
+                 WHERE ",
+                occupies_key_sql!()
+            ),
+            rows = repeat("(?, ?, ?, ?)", rows)
+        ))
+    },
+    by_ids: |rows| {
+        Cow::Owned(format!(
+            concat!("SELECT ", columns!(), " FROM task_run WHERE id IN ({ids})"),
+            ids = repeat("?", rows)
+        ))
+    },
+    ids_in: |rows| {
+        Cow::Owned(format!(
+            "SELECT id FROM task_run WHERE id IN ({ids})",
+            ids = repeat("?", rows)
+        ))
+    },
 };
 
 /// Extended result code of a UNIQUE constraint failure.
