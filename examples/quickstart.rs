@@ -92,7 +92,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let batch = (0..1_000)
         .map(|i| {
             let page = if i % 10 == 9 { i - 1 } else { i };
-            Ok(NewTask::new(TaskKey::new(&*user, "reindex", format!("page/{page}"))?))
+            Ok(NewTask::new(TaskKey::new(
+                &*user,
+                "reindex",
+                format!("page/{page}"),
+            )?))
         })
         .collect::<Result<Vec<_>, task_dedup::DedupError>>()?;
     let outcomes = db.find_or_enqueue_many(batch).await?;

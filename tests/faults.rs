@@ -330,7 +330,10 @@ async fn kill_storm_loses_no_batch(db: &TestDb) {
         db.dialect.name(),
         failed.len()
     );
-    assert!(kills > 0 && batches >= 8, "{batches} batches, {kills} kills");
+    assert!(
+        kills > 0 && batches >= 8,
+        "{batches} batches, {kills} kills"
+    );
     assert!(
         failed.len() * 200 <= batches,
         "{} of {batches} batches failed: {:?}",

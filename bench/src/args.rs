@@ -41,6 +41,25 @@ pub struct Args {
     /// done so far.
     #[arg(long, default_value_t = 120)]
     pub deadline_secs: u64,
+    /// Worker workloads: library workers (or hand-written loops, `raw-dedup`: workers x
+    /// concurrency of them).
+    #[arg(long, default_value_t = 4)]
+    pub workers: usize,
+    /// Worker workloads: tasks each worker runs at a time.
+    #[arg(long, default_value_t = 8)]
+    pub concurrency: usize,
+    /// Worker workloads: how the workers learn of new tasks.
+    #[arg(long, value_enum, default_value_t = WakeupMode::Auto)]
+    pub wakeups: WakeupMode,
+    /// `worker-latency`: tasks enqueued per second, over `--clients` callers.
+    #[arg(long, default_value_t = 2.0)]
+    pub rate: f64,
+    /// `worker`: count the statements sent (sqlx's statement log; costs a little).
+    #[arg(long)]
+    pub count_statements: bool,
+    /// `worker-idle`: seconds counted.
+    #[arg(long, default_value_t = 20)]
+    pub idle_secs: u64,
     /// Print one JSON object instead of the two text lines.
     #[arg(long)]
     pub json: bool,
@@ -67,12 +86,37 @@ pub enum Workload {
     Bulk,
     /// Batches of `--batch` tasks, half of them on `--keys` keys that stay queued.
     BulkMixed,
+    /// `--ops` no-op tasks enqueued up front, then drained (library `Worker`s; raw-dedup:
+    /// hand-written claim/complete loops).
+    Worker,
+    /// Enqueue-to-start latency of tasks enqueued at `--rate` while workers run.
+    WorkerLatency,
+    /// Statements per second of workers on an empty queue.
+    WorkerIdle,
+}
+
+/// How bench workers learn of new tasks (`task_dedup::Wakeups`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WakeupMode {
+    /// LISTEN/NOTIFY on PostgreSQL, the doorbell and polling on SQLite, polling on MySQL.
+    Auto,
+    /// Polling only.
+    Poll,
 }
 
 impl Workload {
     /// Whether a call enqueues a batch.
     pub fn is_bulk(self) -> bool {
         matches!(self, Workload::Bulk | Workload::BulkMixed)
+    }
+
+    /// Whether the workload runs workers (`worker.rs`).
+    pub fn is_worker(self) -> bool {
+        matches!(
+            self,
+            Workload::Worker | Workload::WorkerLatency | Workload::WorkerIdle
+        )
     }
 }
 

@@ -16,6 +16,7 @@ mod bulk;
 mod check;
 mod run;
 mod strategy;
+mod worker;
 mod workload;
 
 use clap::Parser;
@@ -25,6 +26,13 @@ use crate::args::Args;
 #[tokio::main]
 async fn main() {
     let args = Args::parse();
+    if args.workload.is_worker() {
+        if let Err(error) = worker::run(&args).await {
+            eprintln!("task-dedup-bench: {error}");
+            std::process::exit(1);
+        }
+        return;
+    }
     match run::run(&args).await {
         Ok(report) => report.print(&args),
         Err(error) => {

@@ -160,7 +160,7 @@ pub async fn run(args: &Args) -> Result<Report, String> {
 /// pooled SQLite connection opened before a schema change would keep the old schema for
 /// `ON CONFLICT` targets. Strategies that do not rely on the unique index get a table
 /// without it, so their own correctness is what the check measures.
-async fn prepare_schema(args: &Args) -> Result<(), String> {
+pub async fn prepare_schema(args: &Args) -> Result<(), String> {
     remove_sqlite_file(&args.url);
     let db = task_dedup::connect(&args.url)
         .await

@@ -303,7 +303,9 @@ impl Runner {
                         Err(e) => Err(e),
                     }
                 } else {
-                    query.fetch_optional(pool).await.map(|row| row.is_some())
+                    // fetch_all: a RETURNING write reset after its first row never runs
+                    // SQLite's WAL auto-checkpoint (dedup/src/connection.rs).
+                    query.fetch_all(pool).await.map(|rows| !rows.is_empty())
                 };
                 match inserted {
                     Ok(true) => Ok(Some(Outcome::Created)),
@@ -339,8 +341,10 @@ impl Runner {
         if self.db.get_database_backend() != DbBackend::MySql {
             return on_pool!(self.db, pool => {
                 let row = bind_new!(sqlx::query(self.sql.replace), key, Some(&payload))
-                    .fetch_optional(pool)
-                    .await?;
+                    .fetch_all(pool)
+                    .await?
+                    .into_iter()
+                    .next();
                 match row {
                     Some(row) => {
                         std::hint::black_box(decode!(row));

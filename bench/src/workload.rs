@@ -32,7 +32,10 @@ pub fn key(
     rng: &mut XorShift,
 ) -> TaskKey {
     let resource = match workload {
-        Workload::Unique => format!("{phase}-{client}-{seq}"),
+        // The worker workloads make their own keys (worker.rs).
+        Workload::Unique | Workload::Worker | Workload::WorkerLatency | Workload::WorkerIdle => {
+            format!("{phase}-{client}-{seq}")
+        }
         Workload::Dup | Workload::Churn | Workload::Replace => return hot_key(rng.below(keys)),
         Workload::Race => format!("{phase}-race-{seq}"),
         Workload::Bulk => format!("{phase}-{client}-{seq}"),

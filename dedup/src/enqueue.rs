@@ -12,6 +12,7 @@ use crate::key::TaskKey;
 use crate::reconnect::{self, Retrying};
 use crate::task::{NewTask, OnConflict, Scope};
 use crate::task_run;
+use crate::{metrics, wakeup};
 
 /// How many inserts `find_or_enqueue` tries before giving up with
 /// [`DedupError::Contention`]. A retry happens only when the task holding the key let
@@ -55,6 +56,15 @@ impl Enqueued {
     /// Whether this call replaced the payload of a queued task.
     pub fn is_replaced(&self) -> bool {
         matches!(self, Enqueued::Replaced(_))
+    }
+
+    /// `created`, `existing` or `replaced`: the label of metrics and traces.
+    pub(crate) fn outcome_name(&self) -> &'static str {
+        match self {
+            Enqueued::Created(_) => "created",
+            Enqueued::Existing(_) => "existing",
+            Enqueued::Replaced(_) => "replaced",
+        }
     }
 }
 
@@ -174,6 +184,7 @@ pub trait TaskDedup {
 
 #[async_trait]
 impl<C: DedupConnection> TaskDedup for C {
+    #[tracing::instrument(level = "debug", skip_all, fields(dialect = ?self.get_database_backend(), key = %task.key, task_id = tracing::field::Empty, outcome = tracing::field::Empty))]
     async fn find_or_enqueue(&self, task: NewTask) -> Result<Enqueued, DedupError> {
         task.validate()?;
         let dialect = Dialect::of(self)?;
@@ -195,11 +206,27 @@ impl<C: DedupConnection> TaskDedup for C {
                 enqueue(self, dialect, &key, replace, &mut row).await
             };
             if let Some(outcome) = retrying.run(attempt).await {
+                match &outcome {
+                    Ok(enqueued) => metrics::enqueued(enqueued.outcome_name(), 1),
+                    Err(DedupError::Contention { .. }) => metrics::contention(),
+                    Err(_) => {}
+                }
+                if let Ok(enqueued) = &outcome {
+                    let span = tracing::Span::current();
+                    span.record("task_id", tracing::field::display(enqueued.task().id));
+                    span.record("outcome", enqueued.outcome_name());
+                }
+                if let Ok(Enqueued::Created(task) | Enqueued::Replaced(task)) = &outcome
+                    && task.run_at <= task_run::now()
+                {
+                    wakeup::task_due(self).await?;
+                }
                 return outcome;
             }
         }
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(dialect = ?self.get_database_backend(), key = %key))]
     async fn find_active(&self, key: &TaskKey) -> Result<Option<task_run::Model>, DedupError> {
         let dialect = Dialect::of(self)?;
         let window_end = Scope::Active.window_end(task_run::now());
@@ -212,15 +239,31 @@ impl<C: DedupConnection> TaskDedup for C {
         }
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(dialect = ?self.get_database_backend(), tasks))]
     async fn find_or_enqueue_many<I>(&self, tasks: I) -> Result<Vec<Enqueued>, DedupError>
     where
         I: IntoIterator<Item = NewTask> + Send,
         I::IntoIter: Send,
     {
         let tasks: Vec<NewTask> = tasks.into_iter().collect();
-        crate::bulk::find_or_enqueue_many(self, tasks).await
+        tracing::Span::current().record("tasks", tasks.len());
+        let outcomes = crate::bulk::find_or_enqueue_many(self, tasks).await?;
+        let created = outcomes.iter().filter(|o| o.is_created()).count() as u64;
+        let replaced = outcomes.iter().filter(|o| o.is_replaced()).count() as u64;
+        metrics::enqueued("created", created);
+        metrics::enqueued("replaced", replaced);
+        metrics::enqueued("existing", outcomes.len() as u64 - created - replaced);
+        let now = task_run::now();
+        if outcomes
+            .iter()
+            .any(|o| !matches!(o, Enqueued::Existing(_)) && o.task().run_at <= now)
+        {
+            wakeup::task_due(self).await?;
+        }
+        Ok(outcomes)
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(dialect = ?self.get_database_backend(), key = %task.key))]
     async fn find_occupant(&self, task: &NewTask) -> Result<Option<task_run::Model>, DedupError> {
         task.validate()?;
         let dialect = Dialect::of(self)?;
@@ -301,7 +344,7 @@ async fn enqueue<C: DedupConnection>(
 
 /// A random pause of up to 2^attempt ms (capped at 64 ms), so that callers a deadlock
 /// aborted together do not collide again.
-fn backoff(attempt: u32) -> Duration {
+pub(crate) fn backoff(attempt: u32) -> Duration {
     let ceiling_micros = (1u64 << attempt.min(6)) * 1_000;
     Duration::from_micros(rand::random_range(0..ceiling_micros))
 }

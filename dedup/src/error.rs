@@ -117,10 +117,14 @@ pub enum DedupError {
 
 impl From<DbErr> for DedupError {
     /// Classifies the error: [`ConnectionLost`](DedupError::ConnectionLost),
-    /// [`Timeout`](DedupError::Timeout), or else [`Database`](DedupError::Database).
+    /// [`Timeout`](DedupError::Timeout),
+    /// [`TransactionAborted`](DedupError::TransactionAborted), or else
+    /// [`Database`](DedupError::Database).
     fn from(err: DbErr) -> DedupError {
         if crate::dialect::is_connection_lost(&err) {
             DedupError::ConnectionLost(err)
+        } else if crate::dialect::is_transaction_conflict(&err) {
+            DedupError::TransactionAborted(err)
         } else if crate::dialect::is_timeout(&err) {
             DedupError::Timeout(err)
         } else {
@@ -223,6 +227,8 @@ pub enum Transition {
     Fail,
     /// `cancel`: queued or running → cancelled.
     Cancel,
+    /// `release`: running → queued, the attempt not counted.
+    Release,
 }
 
 impl fmt::Display for Transition {
@@ -232,6 +238,7 @@ impl fmt::Display for Transition {
             Transition::Complete => "complete",
             Transition::Fail => "fail",
             Transition::Cancel => "cancel",
+            Transition::Release => "release",
         })
     }
 }

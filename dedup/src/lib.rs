@@ -27,10 +27,14 @@ mod dialect;
 mod enqueue;
 mod error;
 mod key;
+mod metrics;
 mod reconnect;
 mod retry;
+#[cfg(feature = "worker")]
+mod runtime;
 mod task;
 mod validate;
+mod wakeup;
 mod worker;
 
 pub use connect::{DEFAULT_MAX_CONNECTIONS, SQLITE_BUSY_TIMEOUT, connect, connect_with};
@@ -41,7 +45,9 @@ pub use error::{DedupError, InvalidReason, KeyField, Transition};
 pub use key::TaskKey;
 pub use reconnect::{DEFAULT_RETRY_BUDGET, default_retry_budget, set_default_retry_budget};
 pub use retry::{Retry, RetryPolicy};
+#[cfg(feature = "worker")]
+pub use runtime::{Handler, HandlerError, Wakeups, Worker, WorkerBuilder, WorkerReport};
 pub use task::{NewTask, OnConflict, Scope};
 pub use task_dedup_entity::{OCCUPIES_KEY_SQL, TaskScope, TaskStatus, active_status_sql, task_run};
-pub use validate::MAX_LEASE;
+pub use validate::{MAX_CLAIM, MAX_LEASE};
 pub use worker::{ReapReport, TaskWorker};

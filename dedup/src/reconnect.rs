@@ -92,6 +92,7 @@ impl<'a> Retrying<'a> {
             }
         };
         self.lost += 1;
+        crate::metrics::connection_retry(self.operation);
         let budget = self.budget;
         let deadline = *self.deadline.get_or_insert_with(|| Instant::now() + budget);
         let (operation, lost) = (self.operation, self.lost);

@@ -58,6 +58,20 @@ pub(crate) fn error_text(name: &'static str, text: &str) -> Result<(), DedupErro
     free_text(text, ERROR_MAX_CHARS).map_err(|reason| DedupError::InvalidArgument { name, reason })
 }
 
+/// The most tasks one [`claim_many`](crate::TaskWorker::claim_many) takes.
+pub const MAX_CLAIM: usize = 1_000;
+
+/// How many tasks a claim takes, as SQL binds it: 1 to [`MAX_CLAIM`].
+pub(crate) fn claim_max(max: usize) -> Result<i64, DedupError> {
+    if max == 0 || max > MAX_CLAIM {
+        return Err(DedupError::InvalidArgument {
+            name: "max",
+            reason: InvalidReason::OutOfRange("1 to 1,000 (MAX_CLAIM)"),
+        });
+    }
+    Ok(max as i64)
+}
+
 /// A lease length, in microseconds: more than zero and at most [`MAX_LEASE`].
 pub(crate) fn lease_micros(lease: Duration) -> Result<i64, DedupError> {
     if lease.is_zero() || lease > MAX_LEASE {

@@ -59,6 +59,21 @@ pub trait TaskWorker {
         lease: Duration,
     ) -> Result<Option<task_run::Model>, DedupError>;
 
+    /// [`claim`](Self::claim) for up to `max` tasks in one statement (one short
+    /// transaction on MySQL), in claim order. Empty when nothing is due. A worker that
+    /// has several free slots fills them with one round trip instead of one each.
+    ///
+    /// # Errors
+    /// As [`claim`](Self::claim), and [`DedupError::InvalidArgument`] for a `max` of 0 or
+    /// over [`MAX_CLAIM`](crate::MAX_CLAIM).
+    async fn claim_many(
+        &self,
+        worker_id: &str,
+        task_types: &[&str],
+        lease: Duration,
+        max: usize,
+    ) -> Result<Vec<task_run::Model>, DedupError>;
+
     /// Extends the lease of a task `worker_id` is running to now + `lease`.
     ///
     /// # Errors
@@ -120,6 +135,18 @@ pub trait TaskWorker {
     /// rejects.
     async fn cancel(&self, id: Uuid, reason: &str) -> Result<task_run::Model, DedupError>;
 
+    /// Hands a task `worker_id` is running back to the queue: `running` → `queued`, lease
+    /// cleared, the attempt not counted (`attempts` back to what it was before the
+    /// claim), due at once. For a worker shutting down before its handler finished: the
+    /// task does not wait for its lease to expire. The key stays held throughout. A
+    /// [`Scope::Queued`](crate::Scope::Queued) task with a follow-up queued behind it is
+    /// cancelled instead (the follow-up does the work). Repeated by the same worker,
+    /// returns the stored outcome.
+    ///
+    /// # Errors
+    /// As [`heartbeat`](Self::heartbeat).
+    async fn release(&self, id: Uuid, worker_id: &str) -> Result<task_run::Model, DedupError>;
+
     /// Returns `running` tasks whose lease expired to `queued` (lease cleared) after the
     /// backoff `policy` gives for their attempts, or marks them `failed` once `attempts`
     /// reached `policy.max_attempts`. A heartbeat that extended the lease first wins: the
@@ -156,25 +183,58 @@ enum Guard<'a> {
 
 #[async_trait]
 impl<C: DedupConnection> TaskWorker for C {
+    #[tracing::instrument(level = "debug", skip_all, fields(dialect = ?self.get_database_backend(), worker_id = %worker_id, ?task_types))]
     async fn claim(
         &self,
         worker_id: &str,
         task_types: &[&str],
         lease: Duration,
     ) -> Result<Option<task_run::Model>, DedupError> {
+        Ok(self
+            .claim_many(worker_id, task_types, lease, 1)
+            .await?
+            .pop())
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(dialect = ?self.get_database_backend(), worker_id = %worker_id, ?task_types, max))]
+    async fn claim_many(
+        &self,
+        worker_id: &str,
+        task_types: &[&str],
+        lease: Duration,
+        max: usize,
+    ) -> Result<Vec<task_run::Model>, DedupError> {
         validate::worker_id(worker_id)?;
         validate::task_types(task_types)?;
         let lease_micros = validate::lease_micros(lease)?;
+        let max = validate::claim_max(max)?;
         let dialect = Dialect::of(self)?;
-        let claimed = dialect
-            .claim(self, worker_id, task_types, lease_micros)
-            .await?;
-        if let Some(task) = &claimed {
+        // Again after a deadlock, which took nothing; not after a lost connection (see
+        // `claim`).
+        let mut aborted = 0;
+        let claimed = loop {
+            let err = match dialect
+                .claim(self, worker_id, task_types, lease_micros, max)
+                .await
+            {
+                Ok(claimed) => break claimed,
+                Err(err) => DedupError::from(err),
+            };
+            if !again_after_abort(self, "claim", &mut aborted, &err).await {
+                return Err(err);
+            }
+        };
+        for task in &claimed {
             tracing::debug!(task_id = %task.id, worker_id, attempts = task.attempts, "task claimed");
+            let waited = task
+                .started_at
+                .and_then(|started| (started - task.run_at).to_std().ok());
+            crate::metrics::claimed(waited.unwrap_or_default());
         }
         Ok(claimed)
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(dialect = ?self.get_database_backend(), task_id = %id, worker_id = %worker_id))]
     async fn heartbeat(
         &self,
         id: Uuid,
@@ -203,6 +263,7 @@ impl<C: DedupConnection> TaskWorker for C {
         .await
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(dialect = ?self.get_database_backend(), task_id = %id, worker_id = %worker_id))]
     async fn complete(
         &self,
         id: Uuid,
@@ -229,8 +290,10 @@ impl<C: DedupConnection> TaskWorker for C {
             )
         })
         .await
+        .inspect(|_| crate::metrics::finished("completed"))
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(dialect = ?self.get_database_backend(), task_id = %id, worker_id = %worker_id, ?retry))]
     async fn fail(
         &self,
         id: Uuid,
@@ -245,12 +308,22 @@ impl<C: DedupConnection> TaskWorker for C {
             Retry::After(delay) => Some(validate::micros("retry", delay)?),
         };
         let dialect = Dialect::of(self)?;
-        retried(self, "fail", || {
+        let task = retried(self, "fail", || {
             fail_once(self, dialect, id, worker_id, error, delay_micros)
         })
-        .await
+        .await?;
+        if task.status == TaskStatus::Queued {
+            crate::metrics::finished("retried");
+            if delay_micros == Some(0) {
+                crate::wakeup::task_due(self).await?;
+            }
+        } else {
+            crate::metrics::finished("failed");
+        }
+        Ok(task)
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(dialect = ?self.get_database_backend(), task_id = %id))]
     async fn cancel(&self, id: Uuid, reason: &str) -> Result<task_run::Model, DedupError> {
         validate::error_text("reason", reason)?;
         let dialect = Dialect::of(self)?;
@@ -267,8 +340,27 @@ impl<C: DedupConnection> TaskWorker for C {
             )
         })
         .await
+        .inspect(|_| crate::metrics::finished("cancelled"))
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(dialect = ?self.get_database_backend(), task_id = %id, worker_id = %worker_id))]
+    async fn release(&self, id: Uuid, worker_id: &str) -> Result<task_run::Model, DedupError> {
+        validate::worker_id(worker_id)?;
+        let dialect = Dialect::of(self)?;
+        let task = retried(self, "release", || {
+            release_once(self, dialect, id, worker_id)
+        })
+        .await?;
+        if task.status == TaskStatus::Queued {
+            crate::metrics::finished("released");
+            crate::wakeup::task_due(self).await?;
+        } else {
+            crate::metrics::finished("cancelled");
+        }
+        Ok(task)
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(dialect = ?self.get_database_backend()))]
     async fn reap_expired(&self, policy: &RetryPolicy) -> Result<ReapReport, DedupError> {
         policy.validate()?;
         let dialect = Dialect::of(self)?;
@@ -302,6 +394,10 @@ impl<C: DedupConnection> TaskWorker for C {
                 .await?;
             report.failed += u64::from(failed);
         }
+        crate::metrics::reaped(report.requeued, report.failed);
+        if report.requeued > 0 {
+            crate::wakeup::task_due(self).await?;
+        }
         if report != ReapReport::default() {
             tracing::info!(
                 requeued = report.requeued,
@@ -312,6 +408,7 @@ impl<C: DedupConnection> TaskWorker for C {
         Ok(report)
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(dialect = ?self.get_database_backend()))]
     async fn prune_finished(&self, older_than: Duration) -> Result<u64, DedupError> {
         let micros = validate::micros("older_than", older_than)?;
         let dialect = Dialect::of(self)?;
@@ -321,26 +418,56 @@ impl<C: DedupConnection> TaskWorker for C {
     }
 }
 
-/// Runs the transition `make` builds until it gives an outcome, again on a fresh
-/// connection after a lost one (on a pool, within the default retry budget): the
-/// transitions are idempotent for their caller, so a repeat after an attempt that took
-/// effect returns what it stored.
-async fn retried<C, F, Fut>(
+/// How often an operation outside a transaction is run again after the database
+/// aborted it to break a deadlock.
+const MAX_ABORTED_ATTEMPTS: u32 = 8;
+
+/// Runs the operation `make` builds until it gives an outcome: again on a fresh
+/// connection after a lost one (on a pool, within the default retry budget), and again
+/// after a deadlock the database broke by aborting it (outside a caller's transaction,
+/// [`MAX_ABORTED_ATTEMPTS`] times). The transitions are idempotent for their caller, so
+/// a repeat after an attempt that took effect returns what it stored; an aborted claim
+/// took nothing.
+async fn retried<C, T, F, Fut>(
     db: &C,
     operation: &'static str,
     mut make: F,
-) -> Result<task_run::Model, DedupError>
+) -> Result<T, DedupError>
 where
     C: DedupConnection,
     F: FnMut() -> Fut,
-    Fut: Future<Output = Result<task_run::Model, DedupError>>,
+    Fut: Future<Output = Result<T, DedupError>>,
 {
     let mut retrying = Retrying::new(db, reconnect::default_retry_budget(), operation);
+    let mut aborted = 0;
     loop {
-        if let Some(outcome) = retrying.run(make()).await {
-            return outcome;
+        match retrying.run(make()).await {
+            None => {}
+            Some(Err(err)) if again_after_abort(db, operation, &mut aborted, &err).await => {}
+            Some(outcome) => return outcome,
         }
     }
+}
+
+/// Whether to run an operation that failed with `err` again: when the database aborted
+/// it to break a deadlock, outside a caller's transaction (whose work is gone with it),
+/// fewer than [`MAX_ABORTED_ATTEMPTS`] times; then after a short random pause.
+async fn again_after_abort<C: DedupConnection>(
+    db: &C,
+    operation: &'static str,
+    aborted: &mut u32,
+    err: &DedupError,
+) -> bool {
+    if !matches!(err, DedupError::TransactionAborted(_))
+        || db.in_transaction()
+        || *aborted + 1 >= MAX_ABORTED_ATTEMPTS
+    {
+        return false;
+    }
+    *aborted += 1;
+    tracing::debug!(operation, attempt = *aborted, error = %err, "aborted by a deadlock; running it again");
+    tokio::time::sleep(crate::enqueue::backoff(*aborted)).await;
+    true
 }
 
 /// One attempt of `fail`: the final failure, or the retry (`delay_micros`) in a
@@ -400,6 +527,58 @@ async fn fail_once<C: DedupConnection>(
     }
 }
 
+/// One attempt of `release`, in a savepoint or short transaction like `fail`'s retry:
+/// a follow-up queued behind a `Scope::Queued` task makes the release a cancellation.
+async fn release_once<C: DedupConnection>(
+    db: &C,
+    dialect: Dialect,
+    id: Uuid,
+    worker_id: &str,
+) -> Result<task_run::Model, DedupError> {
+    let guard = Guard::LeaseHolder {
+        worker_id,
+        done: &[TaskStatus::Queued, TaskStatus::Cancelled],
+    };
+    let values = vec![id.into(), worker_id.into()];
+    let txn = db.begin().await?;
+    match transition(
+        &txn,
+        dialect,
+        Transition::Release,
+        id,
+        guard,
+        |s| s.release,
+        values,
+    )
+    .await
+    {
+        Ok(task) => {
+            txn.commit().await?;
+            Ok(task)
+        }
+        Err(DedupError::Database(err)) if dialect.is_held_key_violation(&err) => {
+            txn.rollback().await?;
+            let reason = "released by its worker; not requeued: another task of this key is \
+                          queued and will do the work";
+            let values = vec![reason.into(), id.into()];
+            transition(
+                db,
+                dialect,
+                Transition::Release,
+                id,
+                guard,
+                |s| s.cancel,
+                values,
+            )
+            .await
+        }
+        Err(err) => {
+            let _ = txn.rollback().await;
+            Err(err)
+        }
+    }
+}
+
 /// Where `fail` leaves a task, whichever way it went.
 const FAILED_OR_RETRIED: &[TaskStatus] = &[TaskStatus::Failed, TaskStatus::Queued];
 
@@ -450,6 +629,53 @@ async fn transition<C: sea_orm::ConnectionTrait + TransactionTrait>(
         tracing::debug!(task_id = %id, %transition, status = %task.status, "task transitioned");
         return Ok(task);
     }
+    not_applied(db, dialect, transition, id, guard).await
+}
+
+/// Completes task `id` as [`TaskWorker::complete`] does, without reading it back: the
+/// [`Worker`](crate::Worker)'s path, which has no use for the stored row (one statement
+/// that returns nothing; MySQL: no transaction around it).
+#[cfg_attr(not(feature = "worker"), allow(dead_code))]
+pub(crate) async fn complete_quietly<C: DedupConnection>(
+    db: &C,
+    id: Uuid,
+    worker_id: &str,
+    result: Option<serde_json::Value>,
+) -> Result<(), DedupError> {
+    validate::worker_id(worker_id)?;
+    validate::json("result", result.as_ref())?;
+    let dialect = Dialect::of(db)?;
+    let guard = Guard::LeaseHolder {
+        worker_id,
+        done: &[TaskStatus::Succeeded],
+    };
+    retried(db, "complete", || async {
+        let values = vec![result.clone().into(), id.into(), worker_id.into()];
+        if dialect
+            .transition_quietly(db, |s| s.complete, values)
+            .await?
+        {
+            tracing::debug!(task_id = %id, transition = %Transition::Complete, "task transitioned");
+            return Ok(());
+        }
+        not_applied(db, dialect, Transition::Complete, id, guard)
+            .await
+            .map(drop)
+    })
+    .await?;
+    crate::metrics::finished("completed");
+    Ok(())
+}
+
+/// Why a transition of task `id` did not apply, read from the row: or its stored row
+/// when it had already taken effect for this caller.
+async fn not_applied<C: sea_orm::ConnectionTrait + TransactionTrait>(
+    db: &C,
+    dialect: Dialect,
+    transition: Transition,
+    id: Uuid,
+    guard: Guard<'_>,
+) -> Result<task_run::Model, DedupError> {
     let Some(task) = dialect.by_id(db, id).await? else {
         return Err(DedupError::NotFound { id });
     };

@@ -39,6 +39,11 @@ pub async fn describe(db: &DatabaseConnection, dialect: Dialect) -> String {
              WHERE schemaname = current_schema() AND tablename = 'task_run' \
              UNION ALL SELECT 'constraint ' || conname || ' ' || pg_get_constraintdef(oid) \
              FROM pg_constraint WHERE conrelid = 'task_run'::regclass \
+             UNION ALL SELECT 'trigger ' || pg_get_triggerdef(oid) FROM pg_trigger \
+             WHERE tgrelid = 'task_run'::regclass AND NOT tgisinternal \
+             UNION ALL SELECT 'function ' || p.proname || ' ' || p.prosrc \
+             FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
+             WHERE n.nspname = current_schema() AND p.proname LIKE 'task_dedup%' \
              ORDER BY 1"
         }
         Dialect::MySql => "SHOW CREATE TABLE task_run",

@@ -76,14 +76,18 @@ pub(crate) struct Statements {
     pub find_occupant_after_conflict: &'static str,
     /// One task by id: id.
     pub by_id: &'static str,
-    /// Claims the next due queued task of any type: worker_id, lease. MySQL: selects and
-    /// locks its id only (no parameters), then [`Statements::claim_update`].
+    /// Claims the next due queued tasks of any type: worker_id, lease, how many. MySQL:
+    /// selects and locks their ids only (how many), then [`Statements::claim_update`]
+    /// and [`Statements::claimed`].
     pub claim_any: &'static str,
-    /// The same for some task types: worker_id, lease, task types. PostgreSQL binds an
-    /// array, SQLite and MySQL a JSON array (MySQL: the types only).
+    /// The same for some task types: worker_id, lease, task types, how many. PostgreSQL
+    /// binds an array, SQLite and MySQL a JSON array (MySQL: the types and how many).
     pub claim_types: &'static str,
-    /// MySQL: marks the selected task claimed: worker_id, lease, id. Unused elsewhere.
+    /// MySQL: marks the selected tasks claimed, `(?, ...)` of their ids appended:
+    /// worker_id, lease, the ids. Unused elsewhere.
     pub claim_update: &'static str,
+    /// MySQL: the claimed tasks, `(?, ...)` of their ids appended. Unused elsewhere.
+    pub claimed: &'static str,
     /// Extends the lease: lease, id, worker_id.
     pub heartbeat: &'static str,
     /// running → succeeded: result, id, worker_id.
@@ -95,6 +99,9 @@ pub(crate) struct Statements {
     pub retry: &'static str,
     /// queued or running → cancelled: reason, id.
     pub cancel: &'static str,
+    /// running → queued, lease cleared, the attempt not counted (a worker shutting down
+    /// hands the task back): id, worker_id.
+    pub release: &'static str,
     /// Running tasks whose lease expired, at most 100: no parameters. Selects `id` and
     /// `attempts`.
     pub expired: &'static str,
@@ -374,20 +381,21 @@ impl Dialect {
         row.map(|row| model(&row)).transpose()
     }
 
-    /// Moves the next due queued task (of `task_types`, or of any type when empty) to
-    /// `running` under `worker_id`'s lease, atomically: highest priority first, then the
-    /// oldest `run_at`, then the oldest task.
+    /// Moves up to `max` due queued tasks (of `task_types`, or of any type when empty)
+    /// to `running` under `worker_id`'s lease, atomically, in claim order: highest
+    /// priority first, then the oldest `run_at`, then the oldest task.
     pub(crate) async fn claim<C: ConnectionTrait + TransactionTrait + ?Sized>(
         self,
         db: &C,
         worker_id: &str,
         task_types: &[&str],
         lease_micros: i64,
-    ) -> Result<Option<task_run::Model>, DbErr> {
+        max: i64,
+    ) -> Result<Vec<task_run::Model>, DbErr> {
         let statements = self.statements();
         let lease = self.interval(lease_micros);
         let types = (!task_types.is_empty()).then(|| self.task_types(task_types));
-        if self.supports_returning() {
+        let rows = if self.supports_returning() {
             let mut values = vec![worker_id.into(), lease];
             let sql = match types {
                 Some(types) => {
@@ -396,29 +404,39 @@ impl Dialect {
                 }
                 None => statements.claim_any,
             };
-            let row = db.query_one_raw(self.statement(sql, values)).await?;
-            return row.map(|row| model(&row)).transpose();
-        }
-        // MySQL: lock the next row (skipping rows other claimers hold), update it, read
-        // it back, in one short transaction.
-        let txn = db.begin().await?;
-        let select = match types {
-            Some(types) => self.statement(statements.claim_types, vec![types]),
-            None => self.statement(statements.claim_any, vec![]),
-        };
-        let Some(next) = txn.query_one_raw(select).await? else {
+            values.push(max.into());
+            // `query_all`: see `connection::returned_row`.
+            db.query_all_raw(self.statement(sql, values)).await?
+        } else {
+            // MySQL: lock the next rows (skipping rows other claimers hold), update
+            // them, read them back, in one short transaction.
+            let txn = db.begin().await?;
+            let select = match types {
+                Some(types) => self.statement(statements.claim_types, vec![types, max.into()]),
+                None => self.statement(statements.claim_any, vec![max.into()]),
+            };
+            let mut ids = Vec::new();
+            for row in txn.query_all_raw(select).await? {
+                ids.push(Value::from(row.try_get::<Uuid>("", "id")?));
+            }
+            if ids.is_empty() {
+                txn.commit().await?;
+                return Ok(Vec::new());
+            }
+            let placeholders = format!("({})", vec!["?"; ids.len()].join(", "));
+            let mut update = vec![worker_id.into(), lease];
+            update.extend(ids.iter().cloned());
+            let sql = format!("{}{placeholders}", statements.claim_update);
+            txn.execute_raw(self.statement(&sql, update)).await?;
+            let sql = format!("{}{placeholders}", statements.claimed);
+            let claimed = txn.query_all_raw(self.statement(&sql, ids)).await?;
             txn.commit().await?;
-            return Ok(None);
+            claimed
         };
-        let id: Uuid = next.try_get("", "id")?;
-        let update = vec![worker_id.into(), lease, id.into()];
-        txn.execute_raw(self.statement(statements.claim_update, update))
-            .await?;
-        let claimed = txn
-            .query_one_raw(self.statement(statements.by_id, vec![id.into()]))
-            .await?;
-        txn.commit().await?;
-        claimed.map(|row| model(&row)).transpose()
+        let mut tasks = rows.iter().map(model).collect::<Result<Vec<_>, _>>()?;
+        // RETURNING and IN keep no order.
+        tasks.sort_by_key(|t| (std::cmp::Reverse(t.priority), t.run_at, t.created_at, t.id));
+        Ok(tasks)
     }
 
     /// The task types a claim asks for, as its statement binds them.
@@ -450,7 +468,7 @@ impl Dialect {
         let statements = self.statements();
         let sql = transition(statements);
         if self.supports_returning() {
-            let row = db.query_one_raw(self.statement(sql, values)).await?;
+            let row = connection::returned_row(db, self.statement(sql, values)).await?;
             return row.map(|row| model(&row)).transpose();
         }
         // The UPDATE's row lock is held until commit, so the read sees exactly what the
@@ -465,6 +483,24 @@ impl Dialect {
         };
         txn.commit().await?;
         row.map(|row| model(&row)).transpose()
+    }
+
+    /// Runs the transition `transition` selects without reading the task back (its
+    /// statement up to `RETURNING`): whether it took effect.
+    #[cfg_attr(not(feature = "worker"), allow(dead_code))]
+    pub(crate) async fn transition_quietly<C: ConnectionTrait + ?Sized>(
+        self,
+        db: &C,
+        transition: fn(&Statements) -> &'static str,
+        values: Vec<Value>,
+    ) -> Result<bool, DbErr> {
+        let sql = transition(self.statements());
+        let sql = sql.split(" RETURNING ").next().unwrap_or(sql);
+        Ok(db
+            .execute_raw(self.statement(sql, values))
+            .await?
+            .rows_affected()
+            == 1)
     }
 
     /// A duration parameter of a transition (lease, delay, age).
@@ -657,11 +693,13 @@ mod tests {
             ("claim_any", statements.claim_any),
             ("claim_types", statements.claim_types),
             ("claim_update", statements.claim_update),
+            ("claimed", statements.claimed),
             ("heartbeat", statements.heartbeat),
             ("complete", statements.complete),
             ("fail", statements.fail),
             ("retry", statements.retry),
             ("cancel", statements.cancel),
+            ("release", statements.release),
             ("expired", statements.expired),
             ("reap_fail", statements.reap_fail),
             ("reap_requeue", statements.reap_requeue),

@@ -47,18 +47,21 @@ pub(super) const STATEMENTS: Statements = Statements {
          AND dedup_window_end = ? AND occupied = 1 LOCK IN SHARE MODE"
     ),
     by_id: concat!("SELECT ", columns!(), " FROM task_run WHERE id = ?"),
-    // No UPDATE of a table selected from in a subquery: lock the next row here, then
-    // `claim_update`. `task_run_claim_idx` serves the order, which also keeps InnoDB from
-    // locking every row it scans.
+    // No UPDATE of a table selected from in a subquery: lock the next rows here, then
+    // `claim_update` and `claimed` by their ids, `WHERE id IN (?, ...)` appended: a
+    // primary-key lookup each (a JSON_TABLE of ids made InnoDB scan and lock the whole
+    // table). `task_run_claim_idx` serves the order, which also keeps InnoDB from locking
+    // every row it scans.
     claim_any: "SELECT id FROM task_run WHERE status = 'queued' AND run_at <= UTC_TIMESTAMP(6) \
-                ORDER BY priority DESC, run_at, created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED",
+                ORDER BY priority DESC, run_at, created_at, id LIMIT ? FOR UPDATE SKIP LOCKED",
     claim_types: "SELECT id FROM task_run WHERE status = 'queued' AND run_at <= UTC_TIMESTAMP(6) \
                   AND task_type IN (SELECT t FROM JSON_TABLE(?, '$[*]' \
                   COLUMNS (t varchar(64) PATH '$')) AS types) \
-                  ORDER BY priority DESC, run_at, created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED",
+                  ORDER BY priority DESC, run_at, created_at, id LIMIT ? FOR UPDATE SKIP LOCKED",
     claim_update: "UPDATE task_run SET status = 'running', attempts = attempts + 1, \
                    lease_owner = ?, lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
-                   started_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) WHERE id = ?",
+                   started_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) WHERE id IN ",
+    claimed: concat!("SELECT ", columns!(), " FROM task_run WHERE id IN "),
     heartbeat: "UPDATE task_run SET lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
                 updated_at = UTC_TIMESTAMP(6) \
                 WHERE id = ? AND status = 'running' AND lease_owner = ?",
@@ -75,6 +78,10 @@ pub(super) const STATEMENTS: Statements = Statements {
     cancel: "UPDATE task_run SET status = 'cancelled', error = ?, lease_expires_at = NULL, \
              finished_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) \
              WHERE id = ? AND status IN ('queued', 'running')",
+    // `lease_owner` stays, so a repeated call by the same worker can tell its own release.
+    release: "UPDATE task_run SET status = 'queued', lease_expires_at = NULL, \
+              attempts = attempts - 1, updated_at = UTC_TIMESTAMP(6) \
+              WHERE id = ? AND status = 'running' AND lease_owner = ?",
     expired: "SELECT id, attempts FROM task_run \
               WHERE status = 'running' AND lease_expires_at < UTC_TIMESTAMP(6) \
               ORDER BY lease_expires_at LIMIT 100",

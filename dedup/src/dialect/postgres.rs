@@ -70,9 +70,9 @@ pub(super) const STATEMENTS: Statements = Statements {
         "UPDATE task_run SET status = 'running', attempts = attempts + 1, \
          lease_owner = $1, lease_expires_at = statement_timestamp() + $2 * interval '1 microsecond', \
          started_at = statement_timestamp(), updated_at = statement_timestamp() \
-         WHERE id = (SELECT id FROM task_run \
+         WHERE id IN (SELECT id FROM task_run \
          WHERE status = 'queued' AND run_at <= statement_timestamp() \
-         ORDER BY priority DESC, run_at, created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) \
+         ORDER BY priority DESC, run_at, created_at, id LIMIT $3 FOR UPDATE SKIP LOCKED) \
          RETURNING ",
         columns!()
     ),
@@ -80,13 +80,14 @@ pub(super) const STATEMENTS: Statements = Statements {
         "UPDATE task_run SET status = 'running', attempts = attempts + 1, \
          lease_owner = $1, lease_expires_at = statement_timestamp() + $2 * interval '1 microsecond', \
          started_at = statement_timestamp(), updated_at = statement_timestamp() \
-         WHERE id = (SELECT id FROM task_run \
+         WHERE id IN (SELECT id FROM task_run \
          WHERE status = 'queued' AND run_at <= statement_timestamp() AND task_type = ANY($3) \
-         ORDER BY priority DESC, run_at, created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) \
+         ORDER BY priority DESC, run_at, created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) \
          RETURNING ",
         columns!()
     ),
     claim_update: "",
+    claimed: "",
     heartbeat: concat!(
         "UPDATE task_run SET lease_expires_at = statement_timestamp() + $1 * interval '1 microsecond', \
          updated_at = statement_timestamp() \
@@ -117,6 +118,13 @@ pub(super) const STATEMENTS: Statements = Statements {
         "UPDATE task_run SET status = 'cancelled', error = $1, lease_expires_at = NULL, \
          finished_at = statement_timestamp(), updated_at = statement_timestamp() \
          WHERE id = $2 AND status IN ('queued', 'running') RETURNING ",
+        columns!()
+    ),
+    // `lease_owner` stays, so a repeated call by the same worker can tell its own release.
+    release: concat!(
+        "UPDATE task_run SET status = 'queued', lease_expires_at = NULL, \
+         attempts = attempts - 1, updated_at = statement_timestamp() \
+         WHERE id = $1 AND status = 'running' AND lease_owner = $2 RETURNING ",
         columns!()
     ),
     expired: "SELECT id, attempts FROM task_run \

@@ -67,10 +67,10 @@ pub(super) const STATEMENTS: Statements = Statements {
          lease_expires_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?), \
          started_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
          updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
-         WHERE id = (SELECT id FROM task_run \
+         WHERE id IN (SELECT id FROM task_run \
          WHERE status = 'queued' \
          AND run_at <= strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', '+0.001 seconds') \
-         ORDER BY priority DESC, run_at, created_at, id LIMIT 1) \
+         ORDER BY priority DESC, run_at, created_at, id LIMIT ?) \
          RETURNING ",
         columns!()
     ),
@@ -79,15 +79,16 @@ pub(super) const STATEMENTS: Statements = Statements {
          lease_expires_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?), \
          started_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
          updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
-         WHERE id = (SELECT id FROM task_run \
+         WHERE id IN (SELECT id FROM task_run \
          WHERE status = 'queued' \
          AND run_at <= strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', '+0.001 seconds') \
          AND task_type IN (SELECT value FROM json_each(?)) \
-         ORDER BY priority DESC, run_at, created_at, id LIMIT 1) \
+         ORDER BY priority DESC, run_at, created_at, id LIMIT ?) \
          RETURNING ",
         columns!()
     ),
     claim_update: "",
+    claimed: "",
     heartbeat: concat!(
         "UPDATE task_run SET lease_expires_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?), \
          updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
@@ -121,6 +122,14 @@ pub(super) const STATEMENTS: Statements = Statements {
          finished_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
          updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
          WHERE id = ? AND status IN ('queued', 'running') RETURNING ",
+        columns!()
+    ),
+    // `lease_owner` stays, so a repeated call by the same worker can tell its own release.
+    release: concat!(
+        "UPDATE task_run SET status = 'queued', lease_expires_at = NULL, \
+         attempts = attempts - 1, \
+         updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
+         WHERE id = ? AND status = 'running' AND lease_owner = ? RETURNING ",
         columns!()
     ),
     expired: "SELECT id, attempts FROM task_run \

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The worker benchmarks, on each dialect:
+#   1. throughput: --ops no-op tasks drained by the library's Worker (find-or-enqueue) and by
+#      hand-written claim/complete loops on sqlx (raw-dedup), interleaved, BENCH_REPEAT
+#      times; prints the medians and their ratio;
+#   2. enqueue-to-start latency at an idle rate and under load, Auto wake-ups and polling;
+#   3. statements per second of idle workers, Auto wake-ups and polling.
+#
+#   bench/worker.sh                           # everything (about 15 minutes on 2 cores)
+#   BENCH_DIALECTS="postgres" BENCH_PARTS="latency idle" bench/worker.sh
+#
+# Environment: the BENCH_*_URL variables of bench/run.sh, BENCH_DIALECTS, BENCH_PARTS
+# ("throughput latency idle"), BENCH_REPEAT (5), BENCH_OPS (10000), BENCH_WORKERS (4),
+# BENCH_CONCURRENCY (8), BENCH_POOL (16), BENCH_IDLE_RATE (2 tasks/s, 40 tasks),
+# BENCH_LOAD_RATE (per dialect: "sqlite=800 postgres=800 mysql=500" tasks/s, 4,000 tasks),
+# BENCH_IDLE_SECS (20). Raw results go to bench/results/worker-<timestamp>.txt.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+sqlite_url=${BENCH_SQLITE_URL:-"sqlite:///tmp/task-dedup-bench.db?mode=rwc"}
+postgres_url=${BENCH_POSTGRES_URL:-"postgres://postgres@127.0.0.1:5432/task_dedup_bench?sslmode=disable"}
+mysql_url=${BENCH_MYSQL_URL:-"mysql://root@127.0.0.1:3306/task_dedup_bench"}
+dialects=${BENCH_DIALECTS:-"sqlite postgres mysql"}
+parts=${BENCH_PARTS:-"throughput latency idle"}
+repeat=${BENCH_REPEAT:-5}
+ops=${BENCH_OPS:-10000}
+workers=${BENCH_WORKERS:-4}
+concurrency=${BENCH_CONCURRENCY:-8}
+pool=${BENCH_POOL:-16}
+idle_rate=${BENCH_IDLE_RATE:-2}
+load_rates=${BENCH_LOAD_RATE:-"sqlite=800 postgres=800 mysql=500"}
+idle_secs=${BENCH_IDLE_SECS:-20}
+
+cargo build --quiet --release -p task-dedup-bench
+bin=${CARGO_TARGET_DIR:-target}/release/task-dedup-bench
+mkdir -p bench/results
+results="bench/results/worker-$(date -u +%Y%m%dT%H%M%SZ).txt"
+echo "# $(date -u) $(uname -srm), $(nproc) cpus; ops=$ops workers=$workers concurrency=$concurrency pool=$pool repeat=$repeat" | tee "$results"
+
+median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
+
+for dialect in $dialects; do
+  case $dialect in
+    sqlite) url=$sqlite_url ;;
+    postgres) url=$postgres_url ;;
+    mysql) url=$mysql_url ;;
+    *) echo "unknown dialect $dialect" >&2; exit 1 ;;
+  esac
+  common=(--url "$url" --pool "$pool" --workers "$workers" --concurrency "$concurrency")
+  if [[ " $parts " == *" throughput "* ]]; then
+    lib="" raw=""
+    for _ in $(seq "$repeat"); do
+      for strategy in find-or-enqueue raw-dedup; do
+        line=$("$bin" "${common[@]}" --strategy "$strategy" --workload worker --ops "$ops" | sed -n 1p)
+        echo "$dialect throughput $line" >>"$results"
+        rate=$(cut -d' ' -f5 <<<"$line")
+        if [ "$strategy" = find-or-enqueue ]; then lib="$lib $rate"; else raw="$raw $rate"; fi
+      done
+    done
+    lib_m=$(median <<<"$lib") raw_m=$(median <<<"$raw")
+    echo "$dialect throughput tasks/s: Worker $lib_m (runs:$lib), hand-written loop $raw_m (runs:$raw), ratio $(awk -v a="$lib_m" -v b="$raw_m" 'BEGIN {printf "%.2f", a / b}')" | tee -a "$results"
+  fi
+  if [[ " $parts " == *" latency "* ]]; then
+    load_rate=$(tr ' ' '\n' <<<"$load_rates" | sed -n "s/^$dialect=//p")
+    for wakeups in auto poll; do
+      "$bin" "${common[@]}" --strategy find-or-enqueue --workload worker-latency --wakeups "$wakeups" \
+        --rate "$idle_rate" --clients 1 --ops 40 | sed 's/^/idle: /' | tee -a "$results"
+      "$bin" "${common[@]}" --strategy find-or-enqueue --workload worker-latency --wakeups "$wakeups" \
+        --rate "$load_rate" --clients 8 --ops 4000 | sed 's/^/load: /' | tee -a "$results"
+    done
+  fi
+  if [[ " $parts " == *" idle "* ]]; then
+    for wakeups in auto poll; do
+      "$bin" "${common[@]}" --strategy find-or-enqueue --workload worker-idle --wakeups "$wakeups" \
+        --idle-secs "$idle_secs" | tee -a "$results"
+    done
+  fi
+done
+echo "raw results in $results"

@@ -1,0 +1,74 @@
+//! Counters and histograms through the [`metrics`](https://docs.rs/metrics) facade, with
+//! the `metrics` feature; nothing without it. Every operation records, whoever calls it
+//! (a [`Worker`](crate::Worker) or the application through [`TaskWorker`](crate::TaskWorker)):
+//!
+//! | name | kind | what |
+//! |---|---|---|
+//! | `task_dedup_enqueued_total{outcome}` | counter | `find_or_enqueue(_many)` outcomes: `created`, `existing`, `replaced` |
+//! | `task_dedup_contention_total` | counter | `find_or_enqueue` gave up with `Contention` |
+//! | `task_dedup_connection_retries_total{operation}` | counter | attempts run again after a lost connection |
+//! | `task_dedup_claimed_total` | counter | tasks claimed |
+//! | `task_dedup_finished_total{outcome}` | counter | transitions out of `running` or `queued`: `completed`, `failed`, `retried` (back to the queue with a backoff), `released`, `cancelled` |
+//! | `task_dedup_reaped_total{outcome}` | counter | expired leases: `requeued`, `failed` |
+//! | `task_dedup_lost_total` | counter | a `Worker`'s tasks taken away while they ran, or whose end it could not record |
+//! | `task_dedup_enqueue_to_start_seconds` | histogram | from `run_at` (the enqueue, unless scheduled or retried) to the claim |
+//! | `task_dedup_claim_to_finish_seconds{outcome}` | histogram | a `Worker`'s tasks, from claim to recorded end; outcomes as above, and `lost` |
+
+#[cfg(feature = "metrics")]
+mod enabled {
+    use std::time::Duration;
+
+    pub(crate) fn enqueued(outcome: &'static str, count: u64) {
+        metrics::counter!("task_dedup_enqueued_total", "outcome" => outcome).increment(count);
+    }
+
+    pub(crate) fn contention() {
+        metrics::counter!("task_dedup_contention_total").increment(1);
+    }
+
+    pub(crate) fn connection_retry(operation: &'static str) {
+        metrics::counter!("task_dedup_connection_retries_total", "operation" => operation)
+            .increment(1);
+    }
+
+    pub(crate) fn claimed(enqueue_to_start: Duration) {
+        metrics::counter!("task_dedup_claimed_total").increment(1);
+        metrics::histogram!("task_dedup_enqueue_to_start_seconds")
+            .record(enqueue_to_start.as_secs_f64());
+    }
+
+    pub(crate) fn finished(outcome: &'static str) {
+        metrics::counter!("task_dedup_finished_total", "outcome" => outcome).increment(1);
+    }
+
+    pub(crate) fn reaped(requeued: u64, failed: u64) {
+        metrics::counter!("task_dedup_reaped_total", "outcome" => "requeued").increment(requeued);
+        metrics::counter!("task_dedup_reaped_total", "outcome" => "failed").increment(failed);
+    }
+
+    #[cfg_attr(not(feature = "worker"), allow(dead_code))]
+    pub(crate) fn handled(outcome: &'static str, claim_to_finish: Duration) {
+        if outcome == "lost" {
+            metrics::counter!("task_dedup_lost_total").increment(1);
+        }
+        metrics::histogram!("task_dedup_claim_to_finish_seconds", "outcome" => outcome)
+            .record(claim_to_finish.as_secs_f64());
+    }
+}
+
+#[cfg(not(feature = "metrics"))]
+#[allow(clippy::missing_const_for_fn)]
+mod enabled {
+    use std::time::Duration;
+
+    pub(crate) fn enqueued(_: &'static str, _: u64) {}
+    pub(crate) fn contention() {}
+    pub(crate) fn connection_retry(_: &'static str) {}
+    pub(crate) fn claimed(_: Duration) {}
+    pub(crate) fn finished(_: &'static str) {}
+    pub(crate) fn reaped(_: u64, _: u64) {}
+    #[cfg_attr(not(feature = "worker"), allow(dead_code))]
+    pub(crate) fn handled(_: &'static str, _: Duration) {}
+}
+
+pub(crate) use enabled::*;

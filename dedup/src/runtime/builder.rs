@@ -1,0 +1,231 @@
+//! [`WorkerBuilder`]: a [`Worker`]'s configuration, with defaults and validation.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sea_orm::DatabaseConnection;
+
+use super::handler::Handler;
+use super::{Wakeups, Worker};
+use crate::error::{DedupError, InvalidReason};
+use crate::retry::RetryPolicy;
+use crate::validate;
+
+/// Builds a [`Worker`]: `Worker::builder(db)`, then the settings, then
+/// [`build`](Self::build). Every setting but the handler has a default.
+#[must_use]
+pub struct WorkerBuilder {
+    pub(super) db: DatabaseConnection,
+    pub(super) id: Option<String>,
+    pub(super) task_types: Vec<String>,
+    pub(super) limits: HashMap<String, usize>,
+    pub(super) concurrency: usize,
+    pub(super) lease: Duration,
+    pub(super) heartbeat_every: Option<Duration>,
+    pub(super) retry: RetryPolicy,
+    pub(super) reap_every: Option<Duration>,
+    pub(super) shutdown_grace: Duration,
+    pub(super) wakeups: Wakeups,
+    pub(super) poll_min: Duration,
+    pub(super) poll_max: Duration,
+    pub(super) fallback_poll: Duration,
+    pub(super) handler: Option<Arc<dyn Handler>>,
+}
+
+impl WorkerBuilder {
+    pub(super) fn new(db: DatabaseConnection) -> WorkerBuilder {
+        WorkerBuilder {
+            db,
+            id: None,
+            task_types: Vec::new(),
+            limits: HashMap::new(),
+            concurrency: 8,
+            lease: Duration::from_secs(30),
+            heartbeat_every: None,
+            retry: RetryPolicy::default(),
+            reap_every: None,
+            shutdown_grace: Duration::from_secs(30),
+            wakeups: Wakeups::Auto,
+            poll_min: Duration::from_millis(50),
+            poll_max: Duration::from_secs(2),
+            fallback_poll: Duration::from_secs(5),
+            handler: None,
+        }
+    }
+
+    /// The worker's id, recorded as `lease_owner` (at most 64 characters). Default:
+    /// `task-dedup-<process id>-<random>`, unique per worker.
+    pub fn id(mut self, id: impl Into<String>) -> WorkerBuilder {
+        self.id = Some(id.into());
+        self
+    }
+
+    /// The task types this worker runs. Default: every type.
+    pub fn task_types<I, S>(mut self, task_types: I) -> WorkerBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.task_types = task_types.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// At most `limit` tasks of `task_type` at a time (within the overall concurrency).
+    /// The type must be one of [`task_types`](Self::task_types).
+    pub fn task_type_limit(mut self, task_type: impl Into<String>, limit: usize) -> WorkerBuilder {
+        self.limits.insert(task_type.into(), limit);
+        self
+    }
+
+    /// How many tasks run at a time. Default 8.
+    pub fn concurrency(mut self, concurrency: usize) -> WorkerBuilder {
+        self.concurrency = concurrency;
+        self
+    }
+
+    /// The lease a claim takes and each heartbeat renews. Default 30 s.
+    pub fn lease(mut self, lease: Duration) -> WorkerBuilder {
+        self.lease = lease;
+        self
+    }
+
+    /// How often a running task's lease is renewed; also how soon a handler learns that
+    /// its task was cancelled or taken over. Default: a third of the lease.
+    pub fn heartbeat_every(mut self, every: Duration) -> WorkerBuilder {
+        self.heartbeat_every = Some(every);
+        self
+    }
+
+    /// Retries of failed attempts (handler errors and panics, and the reaper's requeues
+    /// of expired leases). Default [`RetryPolicy::default`].
+    pub fn retry_policy(mut self, policy: RetryPolicy) -> WorkerBuilder {
+        self.retry = policy;
+        self
+    }
+
+    /// How often this worker reaps expired leases (give or take a fifth, so that many
+    /// workers do not reap at once; each task is reaped once whoever does). Default: the
+    /// lease.
+    pub fn reap_every(mut self, every: Duration) -> WorkerBuilder {
+        self.reap_every = Some(every);
+        self
+    }
+
+    /// How long a shutdown waits for running handlers before it cancels them and hands
+    /// their tasks back to the queue. Default 30 s.
+    pub fn shutdown_grace(mut self, grace: Duration) -> WorkerBuilder {
+        self.shutdown_grace = grace;
+        self
+    }
+
+    /// How the worker learns of new tasks. Default [`Wakeups::Auto`].
+    pub fn wakeups(mut self, wakeups: Wakeups) -> WorkerBuilder {
+        self.wakeups = wakeups;
+        self
+    }
+
+    /// The adaptive poll (MySQL/MariaDB, SQLite, and [`Wakeups::Poll`]): after a claim
+    /// finds nothing the worker waits `min`, doubling up to `max` while nothing comes.
+    /// Default 50 ms and 2 s.
+    pub fn poll_interval(mut self, min: Duration, max: Duration) -> WorkerBuilder {
+        self.poll_min = min;
+        self.poll_max = max;
+        self
+    }
+
+    /// With PostgreSQL notifications ([`Wakeups::Auto`]): how long the worker waits for
+    /// one before it claims anyway. This is how late, at worst, it starts a scheduled
+    /// task (`run_at` in the future) or another worker's retry when it falls due; its
+    /// own retries it claims on time. Default 5 s.
+    pub fn fallback_poll(mut self, every: Duration) -> WorkerBuilder {
+        self.fallback_poll = every;
+        self
+    }
+
+    /// What runs each task (required): a [`Handler`], such as an `async` closure
+    /// `|task, cancel| async move { ... }`.
+    pub fn handler(mut self, handler: impl Handler) -> WorkerBuilder {
+        self.handler = Some(Arc::new(handler));
+        self
+    }
+
+    /// Checks the settings and builds the worker.
+    ///
+    /// # Errors
+    /// [`DedupError::InvalidArgument`] naming the setting: no handler, a concurrency or
+    /// type limit of 0, a limit on a type the worker does not run, an invalid lease, a
+    /// heartbeat not shorter than the lease, an invalid retry policy, a poll interval of
+    /// 0 or with `min > max`, a fallback poll of 0, an invalid worker id or task type.
+    pub fn build(self) -> Result<Worker, DedupError> {
+        let invalid = |name, expected| DedupError::InvalidArgument {
+            name,
+            reason: InvalidReason::OutOfRange(expected),
+        };
+        let Some(handler) = self.handler.clone() else {
+            return Err(DedupError::InvalidArgument {
+                name: "handler",
+                reason: InvalidReason::Empty,
+            });
+        };
+        if self.concurrency == 0 {
+            return Err(invalid("concurrency", "at least 1"));
+        }
+        validate::lease_micros(self.lease)?;
+        let heartbeat_every = self.heartbeat_every.unwrap_or(self.lease / 3);
+        if heartbeat_every.is_zero() || heartbeat_every >= self.lease {
+            return Err(invalid(
+                "heartbeat_every",
+                "more than zero and less than the lease",
+            ));
+        }
+        self.retry.validate()?;
+        if self.poll_min.is_zero() || self.poll_min > self.poll_max {
+            return Err(invalid(
+                "poll_interval",
+                "min more than zero and at most max",
+            ));
+        }
+        if self.fallback_poll.is_zero() {
+            return Err(invalid("fallback_poll", "more than zero"));
+        }
+        let types: Vec<&str> = self.task_types.iter().map(String::as_str).collect();
+        validate::task_types(&types)?;
+        for (task_type, limit) in &self.limits {
+            if *limit == 0 {
+                return Err(invalid("task_type_limit", "at least 1"));
+            }
+            if !self.task_types.contains(task_type) {
+                return Err(invalid("task_type_limit", "a type of task_types"));
+            }
+        }
+        let id = self.id.clone().unwrap_or_else(|| {
+            let random = uuid::Uuid::now_v7().simple().to_string();
+            format!("task-dedup-{}-{}", std::process::id(), &random[20..])
+        });
+        validate::worker_id(&id)?;
+        let reap_every = self.reap_every.unwrap_or(self.lease);
+        if reap_every.is_zero() {
+            return Err(invalid("reap_every", "more than zero"));
+        }
+        Ok(Worker {
+            db: self.db,
+            config: Arc::new(super::Config {
+                id,
+                task_types: self.task_types,
+                limits: self.limits,
+                concurrency: self.concurrency,
+                lease: self.lease,
+                heartbeat_every,
+                retry: self.retry,
+                reap_every,
+                shutdown_grace: self.shutdown_grace,
+                wakeups: self.wakeups,
+                poll_min: self.poll_min,
+                poll_max: self.poll_max,
+                fallback_poll: self.fallback_poll,
+            }),
+            handler,
+        })
+    }
+}

@@ -1,0 +1,618 @@
+//! [`Worker`]: the runtime that runs tasks. It claims up to its concurrency, runs the
+//! [`Handler`] for each under a lease it keeps alive, completes or fails (with retries
+//! and backoff) what the handler returns, reaps expired leases, wakes up on new work,
+//! and on shutdown hands back what it could not finish.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use task_dedup::{HandlerError, Worker};
+//! use tokio_util::sync::CancellationToken;
+//!
+//! # async fn run(db: sea_orm::DatabaseConnection) -> Result<(), task_dedup::DedupError> {
+//! let shutdown = CancellationToken::new();
+//! let worker = Worker::builder(db)
+//!     .task_types(["render-pdf"])
+//!     .concurrency(8)
+//!     .lease(Duration::from_secs(30))
+//!     .handler(|task: task_dedup::task_run::Model, cancel: CancellationToken| async move {
+//!         // ... render task.resource_key, watching `cancel` ...
+//!         Ok(Some(serde_json::json!({ "pages": 3 })))
+//!     })
+//!     .build()?;
+//! let report = worker.run(shutdown).await?;
+//! println!("{report:?}");
+//! # Ok(())
+//! # }
+//! ```
+
+mod builder;
+mod handler;
+mod wake;
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use sea_orm::DatabaseConnection;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use builder::WorkerBuilder;
+pub use handler::{Handler, HandlerError};
+pub use wake::Wakeups;
+
+use crate::error::DedupError;
+use crate::metrics;
+use crate::retry::{Retry, RetryPolicy};
+use crate::task_run;
+use crate::worker::TaskWorker;
+
+/// Runs tasks: see the [module documentation](self) and [`WorkerBuilder`].
+pub struct Worker {
+    db: DatabaseConnection,
+    config: Arc<Config>,
+    handler: Arc<dyn Handler>,
+}
+
+/// A built worker's settings.
+struct Config {
+    id: String,
+    task_types: Vec<String>,
+    limits: HashMap<String, usize>,
+    concurrency: usize,
+    lease: Duration,
+    heartbeat_every: Duration,
+    retry: RetryPolicy,
+    reap_every: Duration,
+    shutdown_grace: Duration,
+    wakeups: Wakeups,
+    poll_min: Duration,
+    poll_max: Duration,
+    fallback_poll: Duration,
+}
+
+/// What a [`Worker`] did, returned when it stops.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WorkerReport {
+    /// Tasks claimed.
+    pub claimed: u64,
+    /// Tasks completed (`succeeded`).
+    pub completed: u64,
+    /// Tasks failed for good.
+    pub failed: u64,
+    /// Failed attempts put back in the queue for a retry.
+    pub retried: u64,
+    /// Handler panics among the failed or retried attempts.
+    pub panicked: u64,
+    /// Tasks handed back at shutdown (`release`).
+    pub released: u64,
+    /// Tasks taken away while they ran (cancelled, or reaped after a lost lease), or
+    /// whose end could not be recorded: their handlers' results were discarded.
+    pub lost: u64,
+    /// Expired leases this worker's reaper requeued.
+    pub reaped_requeued: u64,
+    /// Expired leases this worker's reaper failed for good.
+    pub reaped_failed: u64,
+}
+
+/// The counters of a running worker, shared with its tasks.
+#[derive(Default)]
+struct Counters {
+    claimed: AtomicU64,
+    completed: AtomicU64,
+    failed: AtomicU64,
+    retried: AtomicU64,
+    panicked: AtomicU64,
+    released: AtomicU64,
+    lost: AtomicU64,
+    reaped_requeued: AtomicU64,
+    reaped_failed: AtomicU64,
+}
+
+impl Counters {
+    fn report(&self) -> WorkerReport {
+        let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        WorkerReport {
+            claimed: get(&self.claimed),
+            completed: get(&self.completed),
+            failed: get(&self.failed),
+            retried: get(&self.retried),
+            panicked: get(&self.panicked),
+            released: get(&self.released),
+            lost: get(&self.lost),
+            reaped_requeued: get(&self.reaped_requeued),
+            reaped_failed: get(&self.reaped_failed),
+        }
+    }
+}
+
+fn add(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Ordering::Relaxed);
+}
+
+/// What a running worker shares with its tasks.
+struct Shared {
+    db: DatabaseConnection,
+    config: Arc<Config>,
+    handler: Arc<dyn Handler>,
+    counters: Counters,
+    /// Running tasks per limited type.
+    running: Mutex<HashMap<String, usize>>,
+    /// Rung when a task ends: a slot (or a type's slot) is free again.
+    task_ended: Notify,
+    /// Fires when the shutdown grace ran out: every handler's cancellation.
+    abort: CancellationToken,
+    /// When the retries this worker scheduled fall due: it claims then, whatever its
+    /// poll interval.
+    retries_due: Mutex<BinaryHeap<Reverse<Instant>>>,
+    /// Rung when a retry is added to `retries_due`.
+    retry_scheduled: Notify,
+}
+
+impl Worker {
+    /// Starts configuring a worker on `db` (a pool).
+    pub fn builder(db: DatabaseConnection) -> WorkerBuilder {
+        WorkerBuilder::new(db)
+    }
+
+    /// The worker's id (its `lease_owner`).
+    pub fn id(&self) -> &str {
+        &self.config.id
+    }
+
+    /// Runs until `shutdown` fires, then stops claiming, waits for running handlers up
+    /// to the shutdown grace, cancels the ones still running and hands their tasks back
+    /// to the queue (`release`: no lease to wait for, the attempt not counted), and
+    /// returns what it did.
+    ///
+    /// Database errors while claiming or reaping are logged and retried after a pause
+    /// (a database restarting does not stop the worker); an error recording a task's
+    /// end is logged and the task counted as lost (its lease runs out and the reaper
+    /// takes it back).
+    ///
+    /// # Errors
+    /// None at present: the worker outlives database errors. The `Result` leaves room
+    /// for start-up checks.
+    #[tracing::instrument(level = "info", name = "worker", skip_all, fields(worker_id = %self.config.id))]
+    pub async fn run(self, shutdown: CancellationToken) -> Result<WorkerReport, DedupError> {
+        let shared = Arc::new(Shared {
+            db: self.db,
+            config: self.config,
+            handler: self.handler,
+            counters: Counters::default(),
+            running: Mutex::new(HashMap::new()),
+            task_ended: Notify::new(),
+            abort: CancellationToken::new(),
+            retries_due: Mutex::new(BinaryHeap::new()),
+            retry_scheduled: Notify::new(),
+        });
+        let config = &shared.config;
+        tracing::info!(task_types = ?config.task_types, concurrency = config.concurrency, "worker started");
+        let background = TaskTracker::new();
+        let stop_background = CancellationToken::new();
+        let waker = wake::Waker::start(
+            &shared.db,
+            config.wakeups,
+            &background,
+            stop_background.clone(),
+        );
+        background.spawn(reap(shared.clone(), stop_background.clone()));
+
+        let tasks = TaskTracker::new();
+        let slots = Arc::new(Semaphore::new(config.concurrency));
+        let mut idle = config.poll_min;
+        // A claim owed after a wake-up: the notifications the sender's debounce
+        // swallowed are for tasks written by then.
+        let mut trailing: Option<Instant> = None;
+        while !shutdown.is_cancelled() {
+            let permit = tokio::select! {
+                () = shutdown.cancelled() => break,
+                permit = slots.clone().acquire_owned() => match permit {
+                    Ok(permit) => permit,
+                    Err(_) => break,
+                },
+            };
+            // Registered before the claim, so that a wake-up during it is not missed.
+            let task_ended = shared.task_ended.notified();
+            tokio::pin!(task_ended);
+            task_ended.as_mut().enable();
+            let retry_scheduled = shared.retry_scheduled.notified();
+            tokio::pin!(retry_scheduled);
+            retry_scheduled.as_mut().enable();
+            let Some(types) = claimable_types(&shared) else {
+                // Every type this worker runs is at its limit.
+                drop(permit);
+                tokio::select! {
+                    () = shutdown.cancelled() => break,
+                    () = task_ended => {}
+                }
+                continue;
+            };
+            let bell = waker.bell.as_ref().map(|bell| bell.notified());
+            tokio::pin!(bell);
+            if let Some(bell) = bell.as_mut().as_pin_mut() {
+                bell.enable();
+            }
+            // Every free slot in one claim; one at a time under per-type limits, which a
+            // batch could overshoot.
+            let mut permits = vec![permit];
+            while config.limits.is_empty()
+                && permits.len() < crate::MAX_CLAIM
+                && let Ok(more) = slots.clone().try_acquire_owned()
+            {
+                permits.push(more);
+            }
+            let types: Vec<&str> = types.iter().map(String::as_str).collect();
+            match shared
+                .db
+                .claim_many(&config.id, &types, config.lease, permits.len())
+                .await
+            {
+                Ok(claimed) if !claimed.is_empty() => {
+                    idle = config.poll_min;
+                    let drained = claimed.len() < permits.len();
+                    let mut permits = permits.into_iter();
+                    for (task, permit) in claimed.into_iter().zip(&mut permits) {
+                        start(&shared, &tasks, task, permit);
+                    }
+                    if !drained {
+                        continue;
+                    }
+                    // Fewer due than asked for: wait before the next claim.
+                    drop(permits);
+                }
+                Ok(_) => drop(permits),
+                Err(err) => {
+                    tracing::warn!(error = %err, "claim failed; trying again after a pause");
+                    idle = config.poll_max;
+                    drop(permits);
+                }
+            }
+            // Nothing to claim: wait for a wake-up, a retry falling due, or the poll.
+            let now = Instant::now();
+            let mut wait = if waker.replaces_polling {
+                config.fallback_poll
+            } else {
+                idle
+            };
+            if let Some(at) = trailing.take().filter(|at| *at > now) {
+                wait = wait.min(at - now);
+            }
+            if let Some(at) = next_retry_due(&shared, now) {
+                wait = wait.min(at - now);
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                () = tokio::time::sleep(wait) => {
+                    idle = (idle * 2).min(config.poll_max);
+                }
+                () = retry_scheduled => {}
+                Some(()) = async { match bell.as_mut().as_pin_mut() {
+                    Some(bell) => { bell.await; Some(()) }
+                    None => None,
+                } } => {
+                    trailing = Some(Instant::now() + crate::wakeup::NOTIFY_DEBOUNCE);
+                }
+            }
+        }
+
+        tracing::info!(running = tasks.len(), "shutting down: no more claims");
+        tasks.close();
+        if tokio::time::timeout(config.shutdown_grace, tasks.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                running = tasks.len(),
+                "shutdown grace over: cancelling and releasing"
+            );
+            shared.abort.cancel();
+            tasks.wait().await;
+        }
+        stop_background.cancel();
+        background.close();
+        background.wait().await;
+        let report = shared.counters.report();
+        tracing::info!(?report, "worker stopped");
+        Ok(report)
+    }
+}
+
+/// The earliest retry this worker scheduled that is still to fall due, forgetting those
+/// already due (the claim that just found nothing came after them).
+fn next_retry_due(shared: &Shared, now: Instant) -> Option<Instant> {
+    let mut due = shared
+        .retries_due
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    while let Some(Reverse(at)) = due.peek() {
+        if *at > now {
+            return Some(*at);
+        }
+        due.pop();
+    }
+    None
+}
+
+/// The types to claim now: all of the worker's but those at their limit. `None` when
+/// every type is at its limit.
+fn claimable_types(shared: &Shared) -> Option<Vec<String>> {
+    let config = &shared.config;
+    if config.limits.is_empty() {
+        return Some(config.task_types.clone());
+    }
+    let running = shared
+        .running
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let types: Vec<String> = config
+        .task_types
+        .iter()
+        .filter(|t| match config.limits.get(*t) {
+            Some(limit) => running.get(*t).copied().unwrap_or(0) < *limit,
+            None => true,
+        })
+        .cloned()
+        .collect();
+    (!types.is_empty()).then_some(types)
+}
+
+/// Starts running `task` in `tasks`, holding `permit` until it ends.
+fn start(
+    shared: &Arc<Shared>,
+    tasks: &TaskTracker,
+    task: task_run::Model,
+    permit: OwnedSemaphorePermit,
+) {
+    add(&shared.counters.claimed, 1);
+    if shared.config.limits.contains_key(&task.task_type) {
+        let mut running = shared
+            .running
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        *running.entry(task.task_type.clone()).or_default() += 1;
+    }
+    let shared = shared.clone();
+    tasks.spawn(async move {
+        let task_type = task.task_type.clone();
+        run_task(&shared, task).await;
+        if let Some(count) = shared
+            .running
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get_mut(&task_type)
+        {
+            *count = count.saturating_sub(1);
+        }
+        drop(permit);
+        shared.task_ended.notify_waiters();
+    });
+}
+
+/// How a task's run ended, before it is recorded.
+enum Ended {
+    /// The handler returned.
+    Returned(Result<Option<serde_json::Value>, HandlerError>),
+    /// The handler panicked.
+    Panicked(String),
+    /// The task was taken away (the heartbeat found it cancelled or held by another
+    /// worker): the result is discarded.
+    Lost,
+    /// The shutdown grace ran out: the task goes back to the queue.
+    Aborted,
+}
+
+/// Runs one claimed task: the handler in a task of its own (a panic stays there), a
+/// heartbeat beside it, then records the end.
+#[tracing::instrument(level = "debug", name = "task", skip_all, fields(task_id = %task.id, task_type = %task.task_type, attempt = task.attempts))]
+async fn run_task(shared: &Arc<Shared>, task: task_run::Model) {
+    let started = Instant::now();
+    let (id, attempts) = (task.id, task.attempts);
+    let cancel = shared.abort.child_token();
+    let lost = Arc::new(AtomicBool::new(false));
+    let heartbeat = tokio::spawn(heartbeat(shared.clone(), id, cancel.clone(), lost.clone()));
+    let handler = shared.handler.clone();
+    let mut handle = tokio::spawn({
+        let cancel = cancel.clone();
+        async move { handler.handle(task, cancel).await }
+    });
+    let ended = tokio::select! {
+        joined = &mut handle => match joined {
+            Ok(returned) => Ended::Returned(returned),
+            Err(err) if err.is_panic() => Ended::Panicked(panic_message(err)),
+            Err(_) => Ended::Aborted,
+        },
+        () = cancel.cancelled() => Ended::Aborted,
+    };
+    // A handler that heard its cancellation may return before the select saw it fire:
+    // what it returns then is discarded (lost task) or handed back (shutdown), unless
+    // it finished its work.
+    let ended = if lost.load(Ordering::Relaxed) {
+        Ended::Lost
+    } else if shared.abort.is_cancelled() && !matches!(ended, Ended::Returned(Ok(_))) {
+        Ended::Aborted
+    } else {
+        ended
+    };
+    heartbeat.abort();
+    if matches!(ended, Ended::Lost | Ended::Aborted) {
+        handle.abort();
+    }
+    let (outcome, recorded) = record(shared, id, attempts, ended).await;
+    match recorded {
+        Ok(()) => tracing::debug!(outcome, "task ended"),
+        Err(err) => {
+            tracing::warn!(error = %err, "could not record the task's end; its lease will run out");
+            add(&shared.counters.lost, 1);
+        }
+    }
+    metrics::handled(outcome, started.elapsed());
+}
+
+/// Records how a task ended; returns the outcome's name for metrics.
+async fn record(
+    shared: &Shared,
+    id: uuid::Uuid,
+    attempts: i32,
+    ended: Ended,
+) -> (&'static str, Result<(), DedupError>) {
+    let (db, worker_id, counters) = (&shared.db, shared.config.id.as_str(), &shared.counters);
+    let retry_or_fail = |message: String| async move {
+        let retry = shared.config.retry.after_attempt(attempts);
+        let task = db.fail(id, worker_id, &message, retry).await?;
+        let requeued = task.status == crate::TaskStatus::Queued;
+        if let (true, Retry::After(delay)) = (requeued, retry)
+            && !delay.is_zero()
+        {
+            // The database's clock set `run_at` before `fail` returned, so this is no
+            // earlier than the task falls due.
+            shared
+                .retries_due
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .push(Reverse(Instant::now() + delay));
+            shared.retry_scheduled.notify_waiters();
+        }
+        Ok::<_, DedupError>(requeued)
+    };
+    match ended {
+        Ended::Returned(Ok(result)) => {
+            match crate::worker::complete_quietly(db, id, worker_id, result).await {
+                Ok(_) => {
+                    add(&counters.completed, 1);
+                    ("completed", Ok(()))
+                }
+                Err(err) => ("lost", Err(err)),
+            }
+        }
+        Ended::Returned(Err(HandlerError::Retry(message))) => {
+            match retry_or_fail(truncated(message)).await {
+                Ok(true) => {
+                    add(&counters.retried, 1);
+                    ("retried", Ok(()))
+                }
+                Ok(false) => {
+                    add(&counters.failed, 1);
+                    ("failed", Ok(()))
+                }
+                Err(err) => ("lost", Err(err)),
+            }
+        }
+        Ended::Returned(Err(HandlerError::Fail(message))) => {
+            match db
+                .fail(id, worker_id, &truncated(message), Retry::Never)
+                .await
+            {
+                Ok(_) => {
+                    add(&counters.failed, 1);
+                    ("failed", Ok(()))
+                }
+                Err(err) => ("lost", Err(err)),
+            }
+        }
+        Ended::Panicked(message) => {
+            add(&counters.panicked, 1);
+            tracing::error!(panic = %message, "handler panicked");
+            match retry_or_fail(truncated(format!("handler panicked: {message}"))).await {
+                Ok(true) => {
+                    add(&counters.retried, 1);
+                    ("retried", Ok(()))
+                }
+                Ok(false) => {
+                    add(&counters.failed, 1);
+                    ("failed", Ok(()))
+                }
+                Err(err) => ("lost", Err(err)),
+            }
+        }
+        Ended::Lost => {
+            add(&counters.lost, 1);
+            ("lost", Ok(()))
+        }
+        Ended::Aborted => match db.release(id, worker_id).await {
+            Ok(_) => {
+                add(&counters.released, 1);
+                ("released", Ok(()))
+            }
+            Err(err) => ("lost", Err(err)),
+        },
+    }
+}
+
+/// Renews the lease of task `id` every heartbeat interval while its handler runs. When
+/// the task is gone from under it (cancelled, finished, or reaped and claimed by another
+/// worker), marks it lost and fires the handler's cancellation. Other errors (a lost
+/// connection) are retried at the next beat: the lease outlasts a few of them.
+async fn heartbeat(
+    shared: Arc<Shared>,
+    id: uuid::Uuid,
+    cancel: CancellationToken,
+    lost: Arc<AtomicBool>,
+) {
+    let config = &shared.config;
+    loop {
+        tokio::time::sleep(config.heartbeat_every).await;
+        match shared.db.heartbeat(id, &config.id, config.lease).await {
+            Ok(_) => {}
+            Err(
+                err @ (DedupError::InvalidTransition { .. }
+                | DedupError::LeaseNotHeld { .. }
+                | DedupError::NotFound { .. }),
+            ) => {
+                tracing::info!(task_id = %id, error = %err, "task taken away while it ran; cancelling its handler");
+                lost.store(true, Ordering::Relaxed);
+                cancel.cancel();
+                return;
+            }
+            Err(err) => {
+                tracing::warn!(task_id = %id, error = %err, "heartbeat failed; trying at the next beat")
+            }
+        }
+    }
+}
+
+/// Reaps expired leases every `reap_every`, give or take a fifth, until `stop`.
+async fn reap(shared: Arc<Shared>, stop: CancellationToken) {
+    let config = &shared.config;
+    loop {
+        let jitter = 0.8 + 0.4 * rand::random::<f64>();
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(config.reap_every.mul_f64(jitter)) => {}
+        }
+        match shared.db.reap_expired(&config.retry).await {
+            Ok(report) => {
+                add(&shared.counters.reaped_requeued, report.requeued);
+                add(&shared.counters.reaped_failed, report.failed);
+            }
+            Err(err) => tracing::warn!(error = %err, "reaping failed; trying at the next interval"),
+        }
+    }
+}
+
+/// A panic's message, as far as it has one.
+fn panic_message(err: tokio::task::JoinError) -> String {
+    match err.try_into_panic() {
+        Ok(payload) => payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic without a message".to_owned()),
+        Err(_) => "cancelled".to_owned(),
+    }
+}
+
+/// `message`, cut to what the `error` column holds.
+fn truncated(message: String) -> String {
+    let limit = task_run::ERROR_MAX_CHARS;
+    let clean = message.replace('\0', "\u{fffd}");
+    if clean.chars().count() <= limit {
+        clean
+    } else {
+        clean.chars().take(limit).collect()
+    }
+}

@@ -1,0 +1,192 @@
+//! Wake-up signals sent when a task becomes claimable now (created, replaced, released or
+//! requeued due), so that waiting [`Worker`](crate::Worker)s claim it at once instead of
+//! at their next poll.
+//!
+//! - PostgreSQL: `NOTIFY` on [`CHANNEL`], at most once per [`NOTIFY_DEBOUNCE`] per
+//!   database and process. A notifying transaction takes a database-wide lock from its
+//!   commit's start to its end, so notifying every insert serialised concurrent commits:
+//!   measured, a trigger notifying each insert cut 16 clients' creates from 8,000/s to
+//!   3,300/s. Debounced, one create in many pays one extra statement. A worker that
+//!   hears a notification claims again [`NOTIFY_DEBOUNCE`] later, which finds the tasks
+//!   whose notification the debounce swallowed (River does the same: a limited
+//!   notification on insert, a leading and a trailing fetch).
+//! - SQLite: an in-process doorbell per database file, rung for writes outside a
+//!   caller's transaction; other processes' workers poll.
+//! - MySQL/MariaDB: nothing; workers poll.
+
+#[cfg(any(feature = "postgres", feature = "worker"))]
+use std::time::Duration;
+
+use crate::connection::DedupConnection;
+use crate::error::DedupError;
+
+/// The channel PostgreSQL workers LISTEN on.
+#[cfg(feature = "postgres")]
+pub(crate) const CHANNEL: &str = "task_dedup_wakeup";
+
+/// The shortest time between two notifications for one database from this process.
+#[cfg(any(feature = "postgres", feature = "worker"))]
+pub(crate) const NOTIFY_DEBOUNCE: Duration = Duration::from_millis(10);
+
+/// Signals that a task claimable now was written through `db`. On PostgreSQL inside a
+/// caller's transaction the notification goes out at its commit (and not at all on a
+/// rollback).
+///
+/// # Errors
+/// Only inside a PostgreSQL transaction, when the notification failed: the transaction
+/// is aborted then, and with it the write. Outside one a failed notification is logged
+/// and the task waits for the workers' poll.
+pub(crate) async fn task_due<C: DedupConnection + ?Sized>(db: &C) -> Result<(), DedupError> {
+    match db.get_database_backend() {
+        #[cfg(feature = "postgres")]
+        sea_orm::DbBackend::Postgres => postgres::notify(db).await,
+        #[cfg(feature = "sqlite")]
+        sea_orm::DbBackend::Sqlite => {
+            if !db.in_transaction() {
+                sqlite::ring(db);
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+#[cfg(feature = "postgres")]
+mod postgres {
+    use std::collections::HashMap;
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    use std::sync::{LazyLock, Mutex};
+    use std::time::Instant;
+
+    use sea_orm::{DbBackend, Statement};
+
+    use super::{CHANNEL, NOTIFY_DEBOUNCE};
+    use crate::connection::DedupConnection;
+    use crate::error::DedupError;
+
+    /// When this process last notified each database (by [`database_key`]).
+    static LAST_NOTIFIED: LazyLock<Mutex<HashMap<u64, Instant>>> =
+        LazyLock::new(|| Mutex::new(HashMap::new()));
+
+    pub(super) async fn notify<C: DedupConnection + ?Sized>(db: &C) -> Result<(), DedupError> {
+        if !due(database_key(db)) {
+            return Ok(());
+        }
+        let sql = format!("SELECT pg_notify('{CHANNEL}', '')");
+        let sent = db
+            .execute_raw(Statement::from_string(DbBackend::Postgres, sql))
+            .await;
+        match sent {
+            Ok(_) => Ok(()),
+            Err(err) if db.in_transaction() => Err(err.into()),
+            Err(err) => {
+                tracing::debug!(error = %err, "wake-up notification failed; workers will poll");
+                Ok(())
+            }
+        }
+    }
+
+    /// Whether a notification for `database` is due, and if so notes it as sent.
+    fn due(database: u64) -> bool {
+        let now = Instant::now();
+        let mut last = LAST_NOTIFIED
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        match last.get_mut(&database) {
+            Some(at) if now.duration_since(*at) < NOTIFY_DEBOUNCE => false,
+            Some(at) => {
+                *at = now;
+                true
+            }
+            None => {
+                last.insert(database, now);
+                true
+            }
+        }
+    }
+
+    /// The database behind a pool: host, port and name. A caller's transaction does not
+    /// tell, so transactions share one key; two databases written in transactions from
+    /// one process may then swallow each other's notification within the debounce, and
+    /// the task waits for the workers' fallback poll.
+    fn database_key<C: DedupConnection + ?Sized>(db: &C) -> u64 {
+        let Some(pool) = db.pool() else {
+            return 0;
+        };
+        let sea_orm::DatabaseConnectionType::SqlxPostgresPoolConnection(_) = &pool.inner else {
+            return 0;
+        };
+        let options = pool.get_postgres_connection_pool().connect_options();
+        let mut hasher = DefaultHasher::new();
+        (
+            options.get_host(),
+            options.get_port(),
+            options.get_database(),
+        )
+            .hash(&mut hasher);
+        hasher.finish()
+    }
+}
+
+#[cfg(feature = "sqlite")]
+mod sqlite {
+    use std::collections::HashMap;
+    use std::path::{Path, PathBuf};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, LazyLock, Mutex, Weak};
+
+    use tokio::sync::Notify;
+
+    use crate::connection::DedupConnection;
+
+    /// Whether any worker ever waited here: until one does, ringing costs one load.
+    static IN_USE: AtomicBool = AtomicBool::new(false);
+
+    /// The doorbells, by database file.
+    static DOORBELLS: LazyLock<Mutex<HashMap<PathBuf, Weak<Notify>>>> =
+        LazyLock::new(|| Mutex::new(HashMap::new()));
+
+    /// The doorbell of `database` (a SQLite file), shared by every worker of it in this
+    /// process.
+    #[cfg_attr(not(feature = "worker"), allow(dead_code))]
+    pub(crate) fn doorbell(database: &Path) -> Arc<Notify> {
+        IN_USE.store(true, Ordering::Relaxed);
+        let mut doorbells = DOORBELLS
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(bell) = doorbells.get(database).and_then(Weak::upgrade) {
+            return bell;
+        }
+        let bell = Arc::new(Notify::new());
+        doorbells.retain(|_, bell| bell.strong_count() > 0);
+        doorbells.insert(database.to_path_buf(), Arc::downgrade(&bell));
+        bell
+    }
+
+    /// Rings the doorbell of the database behind `db` (a pool), if a worker of this
+    /// process waits on it.
+    pub(super) fn ring<C: DedupConnection + ?Sized>(db: &C) {
+        if !IN_USE.load(Ordering::Relaxed) {
+            return;
+        }
+        let Some(pool) = db.pool() else {
+            return;
+        };
+        let sea_orm::DatabaseConnectionType::SqlxSqlitePoolConnection(_) = &pool.inner else {
+            return;
+        };
+        let options = pool.get_sqlite_connection_pool().connect_options();
+        let doorbells = DOORBELLS
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(bell) = doorbells
+            .get(options.get_filename())
+            .and_then(Weak::upgrade)
+        {
+            bell.notify_waiters();
+        }
+    }
+}
+
+#[cfg(all(feature = "sqlite", feature = "worker"))]
+pub(crate) use sqlite::doorbell;

@@ -1,0 +1,186 @@
+//! The `metrics` feature: a known run on every dialect, counted by a recorder.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use common::TestDb;
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use sea_orm::{DatabaseConnection, EntityTrait};
+use task_dedup::{
+    HandlerError, NewTask, OnConflict, RetryPolicy, TaskDedup, TaskKey, TaskStatus, TaskWorker,
+    Worker, task_run,
+};
+use tokio_util::sync::CancellationToken;
+
+matrix!(a_known_run_is_counted);
+
+/// The process's recorder: metrics are global, so the dialects take turns.
+fn recorder() -> &'static Snapshotter {
+    static SNAPSHOTTER: OnceLock<Snapshotter> = OnceLock::new();
+    SNAPSHOTTER.get_or_init(|| {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        recorder.install().expect("the only recorder");
+        snapshotter
+    })
+}
+
+static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// What was recorded since the last call: counters by `name{label=value}`, and the
+/// number of samples of each histogram.
+fn recorded() -> BTreeMap<String, u64> {
+    let mut seen = BTreeMap::new();
+    for (key, _, _, value) in recorder().snapshot().into_vec() {
+        let key = key.key();
+        let labels: Vec<String> = key
+            .labels()
+            .map(|l| format!("{}={}", l.key(), l.value()))
+            .collect();
+        let name = if labels.is_empty() {
+            key.name().to_owned()
+        } else {
+            format!("{}{{{}}}", key.name(), labels.join(","))
+        };
+        let n = match value {
+            DebugValue::Counter(n) => n,
+            DebugValue::Histogram(samples) => samples.len() as u64,
+            DebugValue::Gauge(_) => continue,
+        };
+        if n > 0 {
+            seen.insert(name, n);
+        }
+    }
+    seen
+}
+
+fn task(resource: &str) -> NewTask {
+    NewTask::new(TaskKey::new("user-1", "job", resource).expect("valid key"))
+}
+
+async fn wait_until(db: &DatabaseConnection, done: impl Fn(&[task_run::Model]) -> bool) {
+    let started = Instant::now();
+    loop {
+        let tasks = task_run::Entity::find().all(db).await.expect("read");
+        if done(&tasks) {
+            return;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "{tasks:#?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn status_of(tasks: &[task_run::Model], resource: &str) -> Vec<TaskStatus> {
+    tasks
+        .iter()
+        .filter(|t| t.resource_key == resource)
+        .map(|t| t.status)
+        .collect()
+}
+
+async fn a_known_run_is_counted(db: &TestDb) {
+    let _turn = TURN.lock().await;
+    db.migrate().await;
+    recorded();
+
+    // Enqueues: 6 created, 2 existing, 1 replaced.
+    let db = &db.db;
+    for resource in ["a", "b", "a"] {
+        db.find_or_enqueue(task(resource)).await.expect("enqueue");
+    }
+    let replaced = db
+        .find_or_enqueue(
+            task("b")
+                .with_payload(serde_json::json!({"v": 2}))
+                .on_conflict(OnConflict::ReplaceIfQueued),
+        )
+        .await
+        .expect("replace");
+    assert!(replaced.is_replaced());
+    db.find_or_enqueue_many([task("c"), task("d"), task("a")])
+        .await
+        .expect("bulk");
+    let orphan = NewTask::new(TaskKey::new("user-1", "orphan", "o").expect("valid key"));
+    db.find_or_enqueue(orphan).await.expect("enqueue");
+    db.find_or_enqueue(task("e")).await.expect("enqueue");
+
+    // An abandoned claim, reaped: 1 claimed, 1 reaped (requeued).
+    let claimed = db
+        .claim("ghost", &["orphan"], Duration::from_millis(50))
+        .await
+        .expect("claim")
+        .expect("the orphan");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let quick = RetryPolicy {
+        max_attempts: 3,
+        base_delay: Duration::ZERO,
+        max_delay: Duration::ZERO,
+        jitter: 0.0,
+    };
+    let reaped = db.reap_expired(&quick).await.expect("reap");
+    assert_eq!((reaped.requeued, claimed.resource_key.as_str()), (1, "o"));
+
+    // A worker: a completes; b fails for good; c fails once, d panics once, then both
+    // complete; e runs until the shutdown releases it. 7 claims.
+    let worker = Worker::builder(db.clone())
+        .task_types(["job"])
+        .retry_policy(quick)
+        .shutdown_grace(Duration::from_millis(100))
+        .poll_interval(Duration::from_millis(10), Duration::from_millis(50))
+        .handler(
+            |task: task_run::Model, cancel: CancellationToken| async move {
+                match (task.resource_key.as_str(), task.attempts) {
+                    ("b", _) => Err(HandlerError::fail("no such document")),
+                    ("c", 1) => Err(HandlerError::retry("flaky")),
+                    ("d", 1) => panic!("boom"),
+                    ("e", _) => {
+                        cancel.cancelled().await;
+                        Err(HandlerError::retry("interrupted"))
+                    }
+                    _ => Ok(None),
+                }
+            },
+        )
+        .build()
+        .expect("worker");
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    wait_until(db, |tasks| {
+        ["a", "c", "d"]
+            .iter()
+            .all(|r| status_of(tasks, r) == [TaskStatus::Succeeded])
+            && status_of(tasks, "b") == [TaskStatus::Failed]
+            && status_of(tasks, "e") == [TaskStatus::Running]
+    })
+    .await;
+    shutdown.cancel();
+    let report = running.await.expect("worker task").expect("worker");
+    assert_eq!(
+        (report.claimed, report.released, report.panicked),
+        (7, 1, 1)
+    );
+
+    let expected: BTreeMap<String, u64> = [
+        ("task_dedup_enqueued_total{outcome=created}", 6),
+        ("task_dedup_enqueued_total{outcome=existing}", 2),
+        ("task_dedup_enqueued_total{outcome=replaced}", 1),
+        ("task_dedup_claimed_total", 8),
+        ("task_dedup_enqueue_to_start_seconds", 8),
+        ("task_dedup_reaped_total{outcome=requeued}", 1),
+        ("task_dedup_finished_total{outcome=completed}", 3),
+        ("task_dedup_finished_total{outcome=failed}", 1),
+        ("task_dedup_finished_total{outcome=retried}", 2),
+        ("task_dedup_finished_total{outcome=released}", 1),
+        ("task_dedup_claim_to_finish_seconds{outcome=completed}", 3),
+        ("task_dedup_claim_to_finish_seconds{outcome=failed}", 1),
+        ("task_dedup_claim_to_finish_seconds{outcome=retried}", 2),
+        ("task_dedup_claim_to_finish_seconds{outcome=released}", 1),
+    ]
+    .into_iter()
+    .map(|(name, n)| (name.to_owned(), n))
+    .collect();
+    assert_eq!(recorded(), expected);
+}

@@ -1,0 +1,536 @@
+//! The `Worker` runtime on every dialect: a thousand tasks through in-process workers and
+//! worker processes, retries with backoff, shutdown that releases, cancellation, panics,
+//! wake-ups.
+
+mod common;
+
+use std::collections::HashSet;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{Dialect, TestDb};
+use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
+use task_dedup::{
+    HandlerError, NewTask, RetryPolicy, TaskDedup, TaskKey, TaskStatus, TaskWorker, Wakeups,
+    Worker, WorkerReport, task_run,
+};
+use tokio_util::sync::CancellationToken;
+
+matrix!(
+    a_thousand_tasks_each_run_exactly_once,
+    failing_twice_then_succeeding_takes_three_attempts_with_backoff,
+    shutdown_releases_a_running_task_for_another_worker,
+    a_cancelled_tasks_handler_sees_it_within_a_heartbeat,
+    a_panicking_handler_leaves_the_worker_running,
+    a_new_task_starts_without_waiting_for_the_poll,
+);
+
+fn key(resource: &str) -> TaskKey {
+    TaskKey::new("user-1", "job", resource).expect("valid key")
+}
+
+/// Retries at once, up to five attempts.
+fn quick_retries() -> RetryPolicy {
+    RetryPolicy {
+        max_attempts: 5,
+        base_delay: Duration::ZERO,
+        max_delay: Duration::ZERO,
+        jitter: 0.0,
+    }
+}
+
+async fn count(db: &DatabaseConnection, sql: &str) -> i64 {
+    let row = db
+        .query_one_raw(Statement::from_string(db.get_database_backend(), sql))
+        .await
+        .expect("count")
+        .expect("a row");
+    row.try_get("", "n").expect("n")
+}
+
+/// Records a run of `task` by `worker` in `runs`: a second run of one task breaks the
+/// primary key.
+async fn record_run(
+    db: &DatabaseConnection,
+    task: &task_run::Model,
+    worker: &str,
+) -> Result<(), HandlerError> {
+    let sql = match db.get_database_backend() {
+        sea_orm::DbBackend::Postgres => "INSERT INTO runs (task_id, worker) VALUES ($1, $2)",
+        _ => "INSERT INTO runs (task_id, worker) VALUES (?, ?)",
+    };
+    db.execute_raw(Statement::from_sql_and_values(
+        db.get_database_backend(),
+        sql,
+        [task.id.to_string().into(), worker.into()],
+    ))
+    .await
+    .map(drop)
+    .map_err(|e| HandlerError::fail(format!("second run of {}: {e}", task.id)))
+}
+
+/// A worker whose handler records each run and takes a moment.
+fn recording_worker(db: &DatabaseConnection, id: &str) -> Worker {
+    let recorder = db.clone();
+    let worker_id = id.to_owned();
+    Worker::builder(db.clone())
+        .id(id)
+        .concurrency(8)
+        .lease(Duration::from_secs(10))
+        .retry_policy(quick_retries())
+        .poll_interval(Duration::from_millis(20), Duration::from_millis(200))
+        .handler(move |task: task_run::Model, _cancel: CancellationToken| {
+            let (db, worker_id) = (recorder.clone(), worker_id.clone());
+            async move {
+                record_run(&db, &task, &worker_id).await?;
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                Ok(None)
+            }
+        })
+        .build()
+        .expect("worker")
+}
+
+/// The child process of [`a_thousand_tasks_each_run_exactly_once`]: one recording worker
+/// until its stdin closes. Does nothing unless the parent started it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a child process of a_thousand_tasks_each_run_exactly_once"]
+async fn child_worker_process() {
+    let Ok(url) = std::env::var("TASK_DEDUP_WORKER_CHILD_URL") else {
+        return;
+    };
+    let name = std::env::var("TASK_DEDUP_WORKER_CHILD_NAME").expect("name");
+    let db = task_dedup::connect(&url).await.expect("connect");
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        let _ = std::io::stdin().read_line(&mut line);
+        stop.cancel();
+    });
+    let report = recording_worker(&db, &name)
+        .run(shutdown)
+        .await
+        .expect("run");
+    println!("child {name} done: {report:?}");
+}
+
+fn child_worker(url: &str, name: &str) -> Child {
+    Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--ignored",
+            "--exact",
+            "child_worker_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("TASK_DEDUP_WORKER_CHILD_URL", url)
+        .env("TASK_DEDUP_WORKER_CHILD_NAME", name)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn a worker process")
+}
+
+async fn a_thousand_tasks_each_run_exactly_once(db: &TestDb) {
+    db.migrate().await;
+    db.exec(
+        "CREATE TABLE runs (task_id varchar(36) NOT NULL PRIMARY KEY, worker varchar(64) NOT NULL)",
+    )
+    .await;
+    let pool = db.pool(24).await;
+    let shutdown = CancellationToken::new();
+    let mut workers = Vec::new();
+    for w in 0..4 {
+        let worker = recording_worker(&pool, &format!("in-process-{w}"));
+        workers.push(tokio::spawn(worker.run(shutdown.clone())));
+    }
+    let mut children = vec![
+        child_worker(&db.url, "process-a"),
+        child_worker(&db.url, "process-b"),
+    ];
+
+    // 1,000 tasks over 50 keys: a key takes a new task once its last one finished.
+    let mut created = HashSet::new();
+    let started = Instant::now();
+    while created.len() < 1_000 {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "{} created",
+            created.len()
+        );
+        for k in 0..50 {
+            if created.len() == 1_000 {
+                break;
+            }
+            let outcome = pool
+                .find_or_enqueue(NewTask::new(key(&format!("doc-{k}"))))
+                .await
+                .expect("enqueue");
+            if outcome.is_created() {
+                created.insert(outcome.task().id);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Until every one of them succeeded.
+    loop {
+        let done = count(
+            &pool.db,
+            "SELECT COUNT(*) AS n FROM task_run WHERE status = 'succeeded'",
+        )
+        .await;
+        if done >= 1_000 {
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(180) {
+            let stuck: Vec<_> = common::rows::all(&pool.db)
+                .await
+                .into_iter()
+                .filter(|t| t.status != TaskStatus::Succeeded)
+                .collect();
+            panic!("{done} of 1,000 done; not done: {stuck:#?}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    shutdown.cancel();
+    let mut reports = Vec::new();
+    for worker in workers {
+        reports.push(worker.await.expect("worker task").expect("worker"));
+    }
+    for child in &mut children {
+        drop(child.stdin.take());
+        let status = child.wait().expect("child exits");
+        assert!(status.success(), "worker process: {status}");
+    }
+
+    assert_eq!(
+        count(&pool.db, "SELECT COUNT(*) AS n FROM runs").await,
+        1_000,
+        "each ran once"
+    );
+    let runs_by_process = count(
+        &pool.db,
+        "SELECT COUNT(*) AS n FROM runs WHERE worker LIKE 'process-%'",
+    )
+    .await;
+    let in_process: u64 = reports.iter().map(|r| r.completed).sum();
+    assert_eq!(in_process + runs_by_process as u64, 1_000);
+    assert!(
+        reports.iter().all(|r| r.failed == 0 && r.lost == 0),
+        "{reports:?}"
+    );
+    let stored = common::rows::all(&pool.db).await;
+    for id in &created {
+        let task = stored.iter().find(|t| t.id == *id).expect("stored");
+        assert_eq!((task.status, task.attempts), (TaskStatus::Succeeded, 1));
+    }
+    for k in 0..50 {
+        assert_eq!(
+            pool.find_active(&key(&format!("doc-{k}")))
+                .await
+                .expect("read"),
+            None
+        );
+    }
+    println!(
+        "{}: in-process workers ran {in_process}, worker processes {runs_by_process}",
+        db.dialect.name()
+    );
+}
+
+async fn failing_twice_then_succeeding_takes_three_attempts_with_backoff(db: &TestDb) {
+    db.migrate().await;
+    let starts = Arc::new(Mutex::new(Vec::new()));
+    let seen = starts.clone();
+    let worker = Worker::builder(db.db.clone())
+        .retry_policy(RetryPolicy {
+            max_attempts: 5,
+            base_delay: Duration::from_millis(300),
+            max_delay: Duration::from_secs(5),
+            jitter: 0.0,
+        })
+        .poll_interval(Duration::from_millis(10), Duration::from_millis(50))
+        .handler(move |task: task_run::Model, _| {
+            let seen = seen.clone();
+            async move {
+                seen.lock().expect("lock").push(Instant::now());
+                if task.attempts < 3 {
+                    Err(HandlerError::retry(format!(
+                        "flaky, attempt {}",
+                        task.attempts
+                    )))
+                } else {
+                    Ok(Some(serde_json::json!("third time lucky")))
+                }
+            }
+        })
+        .build()
+        .expect("worker");
+    let id = db
+        .db
+        .find_or_enqueue(NewTask::new(key("flaky")))
+        .await
+        .expect("enqueue")
+        .task()
+        .id;
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    let task = wait_for(&db.db, id, |t| t.status == TaskStatus::Succeeded).await;
+    shutdown.cancel();
+    let report = running.await.expect("task").expect("run");
+    assert_eq!(task.attempts, 3);
+    assert_eq!(task.result, Some(serde_json::json!("third time lucky")));
+    assert_eq!((report.retried, report.completed, report.failed), (2, 1, 0));
+    let starts = starts.lock().expect("lock").clone();
+    assert_eq!(starts.len(), 3);
+    // 300 ms after the first failure, 600 ms after the second (the database's clock
+    // decides when a retry is due; the worker's poll adds up to 50 ms).
+    let gaps = [starts[1] - starts[0], starts[2] - starts[1]];
+    assert!(gaps[0] >= Duration::from_millis(280), "{gaps:?}");
+    assert!(gaps[1] >= Duration::from_millis(580), "{gaps:?}");
+    assert!(gaps[1] > gaps[0], "the backoff grows: {gaps:?}");
+    // The worker claims its own retries when they fall due, not at its fallback poll
+    // (5 s on PostgreSQL).
+    assert!(gaps[1] < Duration::from_millis(1_500), "{gaps:?}");
+}
+
+/// Polls task `id` until `done` holds for it.
+async fn wait_for(
+    db: &DatabaseConnection,
+    id: uuid::Uuid,
+    done: impl Fn(&task_run::Model) -> bool,
+) -> task_run::Model {
+    use sea_orm::EntityTrait;
+    let started = Instant::now();
+    loop {
+        let task = task_run::Entity::find_by_id(id)
+            .one(db)
+            .await
+            .expect("read")
+            .expect("exists");
+        if done(&task) {
+            return task;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "still {task:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn shutdown_releases_a_running_task_for_another_worker(db: &TestDb) {
+    db.migrate().await;
+    let started = Arc::new(tokio::sync::Notify::new());
+    let signal = started.clone();
+    // A worker whose handler runs until it is cancelled, and a short grace.
+    let stubborn = Worker::builder(db.db.clone())
+        .id("stubborn")
+        .shutdown_grace(Duration::from_millis(200))
+        .poll_interval(Duration::from_millis(10), Duration::from_millis(50))
+        .handler(move |_task: task_run::Model, cancel: CancellationToken| {
+            let signal = signal.clone();
+            async move {
+                signal.notify_one();
+                cancel.cancelled().await;
+                Err(HandlerError::retry("interrupted"))
+            }
+        })
+        .build()
+        .expect("worker");
+    let id = db
+        .db
+        .find_or_enqueue(NewTask::new(key("long")))
+        .await
+        .expect("enqueue")
+        .task()
+        .id;
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(stubborn.run(shutdown.clone()));
+    started.notified().await;
+    let before = Instant::now();
+    shutdown.cancel();
+    let report = running.await.expect("task").expect("run");
+    assert!(
+        before.elapsed() < Duration::from_secs(3),
+        "the grace bounds the shutdown"
+    );
+    assert_eq!(
+        (report.released, report.failed, report.retried),
+        (1, 0, 0),
+        "{report:?}"
+    );
+    let released = wait_for(&db.db, id, |t| t.status == TaskStatus::Queued).await;
+    assert_eq!(
+        released.attempts, 0,
+        "the interrupted attempt does not count"
+    );
+    assert_eq!(released.lease_expires_at, None);
+
+    // Another worker picks it up at once, without waiting for a lease.
+    let done = Worker::builder(db.db.clone())
+        .id("rescuer")
+        .poll_interval(Duration::from_millis(10), Duration::from_millis(50))
+        .handler(|_task: task_run::Model, _| async { Ok(None) })
+        .build()
+        .expect("worker");
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(done.run(shutdown.clone()));
+    let task = wait_for(&db.db, id, |t| t.status == TaskStatus::Succeeded).await;
+    shutdown.cancel();
+    running.await.expect("task").expect("run");
+    assert_eq!(
+        (task.attempts, task.lease_owner.as_deref()),
+        (1, Some("rescuer"))
+    );
+}
+
+async fn a_cancelled_tasks_handler_sees_it_within_a_heartbeat(db: &TestDb) {
+    db.migrate().await;
+    let heartbeat = Duration::from_millis(200);
+    let (started, saw) = (
+        Arc::new(tokio::sync::Notify::new()),
+        Arc::new(Mutex::new(None)),
+    );
+    let (signal, record) = (started.clone(), saw.clone());
+    let worker = Worker::builder(db.db.clone())
+        .lease(Duration::from_secs(2))
+        .heartbeat_every(heartbeat)
+        .poll_interval(Duration::from_millis(10), Duration::from_millis(50))
+        .handler(move |_task: task_run::Model, cancel: CancellationToken| {
+            let (signal, record) = (signal.clone(), record.clone());
+            async move {
+                signal.notify_one();
+                cancel.cancelled().await;
+                *record.lock().expect("lock") = Some(Instant::now());
+                Ok(Some(serde_json::json!("discarded")))
+            }
+        })
+        .build()
+        .expect("worker");
+    let id = db
+        .db
+        .find_or_enqueue(NewTask::new(key("doomed")))
+        .await
+        .expect("enqueue")
+        .task()
+        .id;
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    started.notified().await;
+    let cancelled_at = Instant::now();
+    db.db.cancel(id, "no longer needed").await.expect("cancel");
+    let seen = loop {
+        if let Some(seen) = *saw.lock().expect("lock") {
+            break seen;
+        }
+        assert!(
+            cancelled_at.elapsed() < Duration::from_secs(5),
+            "never saw it"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let delay = seen - cancelled_at;
+    assert!(
+        delay <= heartbeat + Duration::from_millis(150),
+        "saw it after {delay:?}"
+    );
+    shutdown.cancel();
+    let report = running.await.expect("task").expect("run");
+    assert_eq!((report.lost, report.completed), (1, 0), "{report:?}");
+    let task = wait_for(&db.db, id, |_| true).await;
+    assert_eq!(task.status, TaskStatus::Cancelled);
+    assert_eq!(task.result, None, "the handler's result was discarded");
+}
+
+async fn a_panicking_handler_leaves_the_worker_running(db: &TestDb) {
+    db.migrate().await;
+    let worker = Worker::builder(db.db.clone())
+        .retry_policy(quick_retries())
+        .poll_interval(Duration::from_millis(10), Duration::from_millis(50))
+        .handler(|task: task_run::Model, _| async move {
+            if task.resource_key == "bomb" && task.attempts == 1 {
+                panic!("boom on the first attempt");
+            }
+            Ok(Some(serde_json::json!(task.resource_key)))
+        })
+        .build()
+        .expect("worker");
+    let bomb = db
+        .db
+        .find_or_enqueue(NewTask::new(key("bomb")))
+        .await
+        .expect("enqueue")
+        .task()
+        .id;
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    let task = wait_for(&db.db, bomb, |t| t.status == TaskStatus::Succeeded).await;
+    assert_eq!(task.attempts, 2, "the panic failed the first attempt");
+    // The worker still runs: a new task is done too.
+    let next = db
+        .db
+        .find_or_enqueue(NewTask::new(key("after")))
+        .await
+        .expect("enqueue")
+        .task()
+        .id;
+    wait_for(&db.db, next, |t| t.status == TaskStatus::Succeeded).await;
+    shutdown.cancel();
+    let report: WorkerReport = running.await.expect("task").expect("run");
+    assert_eq!(
+        (report.panicked, report.retried, report.completed),
+        (1, 1, 2),
+        "{report:?}"
+    );
+}
+
+/// PostgreSQL (LISTEN) and SQLite (the in-process doorbell) start a new task at once
+/// though the worker's poll is 30 s; MySQL/MariaDB polls, so its poll is short here.
+async fn a_new_task_starts_without_waiting_for_the_poll(db: &TestDb) {
+    db.migrate().await;
+    let poll = match db.dialect {
+        Dialect::Postgres | Dialect::Sqlite => (Duration::from_secs(30), Duration::from_secs(30)),
+        Dialect::MySql => (Duration::from_millis(20), Duration::from_millis(100)),
+    };
+    let started = Arc::new(tokio::sync::Notify::new());
+    let signal = started.clone();
+    let worker = Worker::builder(db.db.clone())
+        .wakeups(Wakeups::Auto)
+        .poll_interval(poll.0, poll.1)
+        .fallback_poll(Duration::from_secs(30))
+        .handler(move |_task: task_run::Model, _| {
+            let signal = signal.clone();
+            async move {
+                signal.notify_one();
+                Ok(None)
+            }
+        })
+        .build()
+        .expect("worker");
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    // Let it find nothing and go to sleep.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for round in 0..3 {
+        let enqueued = Instant::now();
+        db.db
+            .find_or_enqueue(NewTask::new(key(&format!("ping-{round}"))))
+            .await
+            .expect("enqueue");
+        tokio::time::timeout(Duration::from_secs(3), started.notified())
+            .await
+            .unwrap_or_else(|_| panic!("round {round}: not started within 3 s"));
+        let latency = enqueued.elapsed();
+        assert!(
+            latency < Duration::from_secs(1),
+            "round {round}: {latency:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    shutdown.cancel();
+    running.await.expect("task").expect("run");
+}
