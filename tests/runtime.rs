@@ -4,16 +4,18 @@
 
 mod common;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{Dialect, TestDb};
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
 use task_dedup::{
-    HandlerError, NewTask, RetryPolicy, TaskDedup, TaskKey, TaskStatus, TaskWorker, Wakeups,
-    Worker, WorkerReport, task_run,
+    DedupError, HandlerError, NewTask, RetryPolicy, TaskDedup, TaskKey, TaskStatus, TaskWorker,
+    Wakeups, Worker, WorkerReport, task_run,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -22,9 +24,14 @@ matrix!(
     failing_twice_then_succeeding_takes_three_attempts_with_backoff,
     shutdown_releases_a_running_task_for_another_worker,
     a_cancelled_tasks_handler_sees_it_within_a_heartbeat,
+    a_handler_deaf_to_its_cancellation_is_dropped_after_the_cancel_grace,
     a_panicking_handler_leaves_the_worker_running,
     a_new_task_starts_without_waiting_for_the_poll,
+    a_killed_worker_processs_tasks_are_run_by_another_worker,
 );
+
+// Sessions to kill: the server dialects.
+server_matrix!(a_worker_survives_its_connections_being_killed);
 
 fn key(resource: &str) -> TaskKey {
     TaskKey::new("user-1", "job", resource).expect("valid key")
@@ -102,6 +109,9 @@ async fn child_worker_process() {
     };
     let name = std::env::var("TASK_DEDUP_WORKER_CHILD_NAME").expect("name");
     let db = task_dedup::connect(&url).await.expect("connect");
+    if std::env::var("TASK_DEDUP_WORKER_CHILD_HANG").is_ok() {
+        return hanging_worker(db).await;
+    }
     let shutdown = CancellationToken::new();
     let stop = shutdown.clone();
     tokio::task::spawn_blocking(move || {
@@ -114,6 +124,27 @@ async fn child_worker_process() {
         .await
         .expect("run");
     println!("child {name} done: {report:?}");
+}
+
+/// A worker whose handlers say which task they started on stdout, then never return:
+/// the child of [`a_killed_worker_processs_tasks_are_run_by_another_worker`], killed
+/// with its tasks running.
+async fn hanging_worker(db: DatabaseConnection) {
+    Worker::builder(db)
+        .id("doomed")
+        .concurrency(3)
+        .lease(Duration::from_secs(2))
+        .poll_interval(Duration::from_millis(10), Duration::from_millis(50))
+        .handler(|task: task_run::Model, _| async move {
+            println!("started {}", task.id);
+            std::future::pending::<()>().await;
+            Ok(None)
+        })
+        .build()
+        .expect("worker")
+        .run(CancellationToken::new())
+        .await
+        .expect("run");
 }
 
 fn child_worker(url: &str, name: &str) -> Child {
@@ -446,6 +477,66 @@ async fn a_cancelled_tasks_handler_sees_it_within_a_heartbeat(db: &TestDb) {
     assert_eq!(task.result, None, "the handler's result was discarded");
 }
 
+async fn a_handler_deaf_to_its_cancellation_is_dropped_after_the_cancel_grace(db: &TestDb) {
+    db.migrate().await;
+    /// Marks the handler's future as dropped.
+    struct Dropped(Arc<AtomicBool>);
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    let (started, dropped) = (
+        Arc::new(tokio::sync::Notify::new()),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let (signal, flag) = (started.clone(), dropped.clone());
+    let worker = Worker::builder(db.db.clone())
+        .lease(Duration::from_secs(2))
+        .heartbeat_every(Duration::from_millis(100))
+        .cancel_grace(Duration::from_millis(200))
+        .shutdown_grace(Duration::from_secs(30))
+        .poll_interval(Duration::from_millis(10), Duration::from_millis(50))
+        .handler(move |_task: task_run::Model, _cancel: CancellationToken| {
+            let (signal, guard) = (signal.clone(), Dropped(flag.clone()));
+            async move {
+                let _guard = guard;
+                signal.notify_one();
+                std::future::pending::<()>().await;
+                Ok(None)
+            }
+        })
+        .build()
+        .expect("worker");
+    let id = db
+        .db
+        .find_or_enqueue(NewTask::new(key("deaf")))
+        .await
+        .expect("enqueue")
+        .task()
+        .id;
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    started.notified().await;
+    let cancelled_at = Instant::now();
+    db.db.cancel(id, "no longer needed").await.expect("cancel");
+    while !dropped.load(Ordering::SeqCst) {
+        assert!(
+            cancelled_at.elapsed() < Duration::from_secs(5),
+            "the handler was never dropped"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Dropped: the shutdown has nothing to wait for, whatever its grace.
+    let stopping = Instant::now();
+    shutdown.cancel();
+    let report = running.await.expect("task").expect("run");
+    assert!(stopping.elapsed() < Duration::from_secs(2));
+    assert_eq!((report.lost, report.released), (1, 0), "{report:?}");
+    let task = wait_for(&db.db, id, |_| true).await;
+    assert_eq!(task.status, TaskStatus::Cancelled);
+}
+
 async fn a_panicking_handler_leaves_the_worker_running(db: &TestDb) {
     db.migrate().await;
     let worker = Worker::builder(db.db.clone())
@@ -533,4 +624,203 @@ async fn a_new_task_starts_without_waiting_for_the_poll(db: &TestDb) {
     }
     shutdown.cancel();
     running.await.expect("task").expect("run");
+}
+
+async fn a_killed_worker_processs_tasks_are_run_by_another_worker(db: &TestDb) {
+    db.migrate().await;
+    let mut all = HashSet::new();
+    for i in 0..6 {
+        let task = db
+            .db
+            .find_or_enqueue(NewTask::new(key(&format!("doc-{i}"))))
+            .await
+            .expect("enqueue");
+        all.insert(task.task().id);
+    }
+    let mut doomed = Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--ignored",
+            "--exact",
+            "child_worker_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("TASK_DEDUP_WORKER_CHILD_URL", &db.url)
+        .env("TASK_DEDUP_WORKER_CHILD_NAME", "doomed")
+        .env("TASK_DEDUP_WORKER_CHILD_HANG", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn a worker process");
+    let mut lines = BufReader::new(doomed.stdout.take().expect("stdout")).lines();
+    let mut started = HashSet::new();
+    while started.len() < 3 {
+        let line = lines.next().expect("a line").expect("utf-8");
+        if let Some((_, id)) = line.split_once("started ") {
+            started.insert(id.parse::<uuid::Uuid>().expect("uuid"));
+        }
+    }
+    doomed.kill().expect("kill -9 the worker process");
+    doomed.wait().expect("reaped");
+
+    // Another worker reaps the three expired leases and runs everything once.
+    let runs = Arc::new(Mutex::new(HashMap::<uuid::Uuid, u32>::new()));
+    let seen = runs.clone();
+    let rescuer = Worker::builder(db.db.clone())
+        .id("rescuer")
+        .lease(Duration::from_secs(2))
+        .reap_every(Duration::from_millis(200))
+        .retry_policy(quick_retries())
+        .poll_interval(Duration::from_millis(10), Duration::from_millis(50))
+        .handler(move |task: task_run::Model, _| {
+            *seen.lock().expect("lock").entry(task.id).or_default() += 1;
+            async { Ok(None) }
+        })
+        .build()
+        .expect("worker");
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(rescuer.run(shutdown.clone()));
+    for id in &all {
+        wait_for(&db.db, *id, |t| t.status == TaskStatus::Succeeded).await;
+    }
+    shutdown.cancel();
+    let report = running.await.expect("task").expect("run");
+    assert_eq!(report.reaped_requeued, 3, "{report:?}");
+    let runs = runs.lock().expect("lock").clone();
+    assert_eq!(runs.len(), 6);
+    assert!(runs.values().all(|n| *n == 1), "{runs:?}");
+    for task in common::rows::all(&db.db).await {
+        let attempts = if started.contains(&task.id) { 2 } else { 1 };
+        assert_eq!(
+            (task.attempts, task.lease_owner.as_deref()),
+            (attempts, Some("rescuer"))
+        );
+    }
+}
+
+/// The server sessions of this test's database, killed from an admin connection.
+async fn kill_sessions(db: &TestDb) -> usize {
+    let (admin_url, name) = db.server().expect("a server dialect");
+    let admin = task_dedup::connect(admin_url).await.expect("admin");
+    let sql = match db.dialect {
+        Dialect::Postgres => {
+            "SELECT pg_terminate_backend(pid) AS k FROM pg_stat_activity \
+             WHERE datname = $1 AND pid <> pg_backend_pid()"
+        }
+        _ => {
+            "SELECT ID AS k FROM information_schema.PROCESSLIST WHERE DB = ? AND ID <> CONNECTION_ID()"
+        }
+    };
+    let rows = admin
+        .query_all_raw(Statement::from_sql_and_values(
+            db.dialect.backend(),
+            sql,
+            [name.into()],
+        ))
+        .await
+        .expect("sessions");
+    if db.dialect == Dialect::MySql {
+        for row in &rows {
+            let id: i64 = row.try_get("", "k").expect("id");
+            let _ = admin
+                .execute_unprepared(&format!("KILL CONNECTION {id}"))
+                .await;
+        }
+    }
+    admin.close().await.expect("close");
+    rows.len()
+}
+
+/// Every session of the database killed every 300 ms for 3 s while a worker runs 300
+/// tasks: each runs once and succeeds (a claim lost with its connection comes back
+/// when its lease expires), and the worker keeps running.
+async fn a_worker_survives_its_connections_being_killed(db: &TestDb) {
+    db.migrate().await;
+    let mut all = Vec::new();
+    for i in 0..300 {
+        let task = db
+            .db
+            .find_or_enqueue(NewTask::new(key(&format!("doc-{i}"))))
+            .await
+            .expect("enqueue");
+        all.push(task.task().id);
+    }
+    let runs = Arc::new(Mutex::new(HashMap::<uuid::Uuid, u32>::new()));
+    let seen = runs.clone();
+    let worker = Worker::builder(db.db.clone())
+        .lease(Duration::from_secs(2))
+        .reap_every(Duration::from_millis(500))
+        .retry_policy(quick_retries())
+        .poll_interval(Duration::from_millis(10), Duration::from_millis(100))
+        .handler(move |task: task_run::Model, _| {
+            *seen.lock().expect("lock").entry(task.id).or_default() += 1;
+            async {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Ok(None)
+            }
+        })
+        .build()
+        .expect("worker");
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    let mut killed = 0;
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        killed += kill_sessions(db).await;
+    }
+    for id in &all {
+        wait_for(&db.db, *id, |t| t.status == TaskStatus::Succeeded).await;
+    }
+    shutdown.cancel();
+    let report = running.await.expect("task").expect("run");
+    let runs = runs.lock().expect("lock").clone();
+    assert_eq!(runs.len(), 300);
+    assert!(runs.values().all(|n| *n == 1), "a task ran twice: {runs:?}");
+    assert_eq!((report.failed, report.completed), (0, 300), "{report:?}");
+    println!(
+        "{}: {killed} sessions killed; {report:?}",
+        db.dialect.name()
+    );
+}
+
+#[tokio::test]
+async fn the_builder_refuses_bad_settings_before_any_sql() {
+    let db = task_dedup::connect("sqlite::memory:")
+        .await
+        .expect("connect");
+    let ok = || Worker::builder(db.clone()).handler(|_: task_run::Model, _| async { Ok(None) });
+    let refused = |built: Result<Worker, DedupError>| match built {
+        Err(DedupError::InvalidArgument { name, .. }) => name,
+        Err(other) => panic!("{other}"),
+        Ok(_) => panic!("built"),
+    };
+    assert_eq!(refused(Worker::builder(db.clone()).build()), "handler");
+    assert_eq!(refused(ok().concurrency(0).build()), "concurrency");
+    assert_eq!(refused(ok().lease(Duration::ZERO).build()), "lease");
+    assert_eq!(
+        refused(
+            ok().lease(Duration::from_secs(1))
+                .heartbeat_every(Duration::from_secs(1))
+                .build()
+        ),
+        "heartbeat_every"
+    );
+    assert_eq!(
+        refused(
+            ok().poll_interval(Duration::from_secs(2), Duration::from_secs(1))
+                .build()
+        ),
+        "poll_interval"
+    );
+    assert_eq!(
+        refused(ok().fallback_poll(Duration::ZERO).build()),
+        "fallback_poll"
+    );
+    assert_eq!(
+        refused(ok().task_type_limit("pdf", 2).build()),
+        "task_type_limit"
+    );
+    assert_eq!(refused(ok().id("x".repeat(65)).build()), "worker_id");
+    assert_eq!(refused(ok().task_types([""]).build()), "task_types");
+    assert!(ok().build().is_ok());
 }

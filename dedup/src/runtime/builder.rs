@@ -26,6 +26,7 @@ pub struct WorkerBuilder {
     pub(super) retry: RetryPolicy,
     pub(super) reap_every: Option<Duration>,
     pub(super) shutdown_grace: Duration,
+    pub(super) cancel_grace: Duration,
     pub(super) wakeups: Wakeups,
     pub(super) poll_min: Duration,
     pub(super) poll_max: Duration,
@@ -46,6 +47,7 @@ impl WorkerBuilder {
             retry: RetryPolicy::default(),
             reap_every: None,
             shutdown_grace: Duration::from_secs(30),
+            cancel_grace: Duration::from_secs(5),
             wakeups: Wakeups::Auto,
             poll_min: Duration::from_millis(50),
             poll_max: Duration::from_secs(2),
@@ -116,6 +118,15 @@ impl WorkerBuilder {
     /// their tasks back to the queue. Default 30 s.
     pub fn shutdown_grace(mut self, grace: Duration) -> WorkerBuilder {
         self.shutdown_grace = grace;
+        self
+    }
+
+    /// How long a handler whose cancellation fired (its task was taken away, or the
+    /// shutdown grace ran out) may take to return before it is dropped at its next
+    /// `.await`. A handler that listens to its `cancel` token returns long before;
+    /// this bounds one that does not. Default 5 s.
+    pub fn cancel_grace(mut self, grace: Duration) -> WorkerBuilder {
+        self.cancel_grace = grace;
         self
     }
 
@@ -220,6 +231,7 @@ impl WorkerBuilder {
                 retry: self.retry,
                 reap_every,
                 shutdown_grace: self.shutdown_grace,
+                cancel_grace: self.cancel_grace,
                 wakeups: self.wakeups,
                 poll_min: self.poll_min,
                 poll_max: self.poll_max,

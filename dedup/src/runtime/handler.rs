@@ -14,7 +14,10 @@ use crate::task_run;
 ///
 /// `cancel` fires when the task was taken away while it ran (cancelled, or its lease
 /// lost to the reaper) or the worker's shutdown grace ran out: stop soon; what is
-/// returned then is discarded. A handler that panics fails its attempt (retried like
+/// returned then is discarded (on shutdown, a success still counts). A handler still
+/// running after the worker's
+/// [`cancel_grace`](super::WorkerBuilder::cancel_grace) is dropped at its next
+/// `.await`. A handler that panics fails its attempt (retried like
 /// `Retry`) and does not take the worker down.
 ///
 /// Any `async` closure or function of this shape is a handler:

@@ -68,6 +68,7 @@ struct Config {
     retry: RetryPolicy,
     reap_every: Duration,
     shutdown_grace: Duration,
+    cancel_grace: Duration,
     wakeups: Wakeups,
     poll_min: Duration,
     poll_max: Duration,
@@ -165,8 +166,8 @@ impl Worker {
     }
 
     /// Runs until `shutdown` fires, then stops claiming, waits for running handlers up
-    /// to the shutdown grace, cancels the ones still running and hands their tasks back
-    /// to the queue (`release`: no lease to wait for, the attempt not counted), and
+    /// to the shutdown grace, cancels the ones still running (each then has the cancel
+    /// grace to return before it is dropped) and hands their tasks back to the queue (`release`: no lease to wait for, the attempt not counted), and
     /// returns what it did.
     ///
     /// Database errors while claiming or reaping are logged and retried after a pause
@@ -402,7 +403,8 @@ enum Ended {
     /// The task was taken away (the heartbeat found it cancelled or held by another
     /// worker): the result is discarded.
     Lost,
-    /// The shutdown grace ran out: the task goes back to the queue.
+    /// The shutdown grace ran out, or the handler outlived its cancel grace and was
+    /// dropped.
     Aborted,
 }
 
@@ -421,16 +423,18 @@ async fn run_task(shared: &Arc<Shared>, task: task_run::Model) {
         async move { handler.handle(task, cancel).await }
     });
     let ended = tokio::select! {
-        joined = &mut handle => match joined {
-            Ok(returned) => Ended::Returned(returned),
-            Err(err) if err.is_panic() => Ended::Panicked(panic_message(err)),
-            Err(_) => Ended::Aborted,
-        },
-        () = cancel.cancelled() => Ended::Aborted,
+        joined = &mut handle => ended(joined),
+        () = cancel.cancelled() => {
+            // The handler heard it too: give it the time to stop on its own (and, on
+            // shutdown, to finish) before it is dropped.
+            match tokio::time::timeout(shared.config.cancel_grace, &mut handle).await {
+                Ok(joined) => ended(joined),
+                Err(_) => Ended::Aborted,
+            }
+        }
     };
-    // A handler that heard its cancellation may return before the select saw it fire:
-    // what it returns then is discarded (lost task) or handed back (shutdown), unless
-    // it finished its work.
+    // What a handler returns after its cancellation fired is discarded (lost task) or
+    // handed back (shutdown), unless it finished its work.
     let ended = if lost.load(Ordering::Relaxed) {
         Ended::Lost
     } else if shared.abort.is_cancelled() && !matches!(ended, Ended::Returned(Ok(_))) {
@@ -451,6 +455,17 @@ async fn run_task(shared: &Arc<Shared>, task: task_run::Model) {
         }
     }
     metrics::handled(outcome, started.elapsed());
+}
+
+/// How the handler's task ended, as far as it returned.
+fn ended(
+    joined: Result<Result<Option<serde_json::Value>, HandlerError>, tokio::task::JoinError>,
+) -> Ended {
+    match joined {
+        Ok(returned) => Ended::Returned(returned),
+        Err(err) if err.is_panic() => Ended::Panicked(panic_message(err)),
+        Err(_) => Ended::Aborted,
+    }
 }
 
 /// Records how a task ended; returns the outcome's name for metrics.
