@@ -222,13 +222,22 @@ async fn round<C: DedupConnection>(
             #[cfg(feature = "postgres")]
             sea_orm::DatabaseConnectionType::SqlxPostgresPoolConnection(_) => {
                 let mut conn = Conn::<C>::PgPool(pool.get_postgres_connection_pool());
-                return round_on(&mut conn, dialect, chunk, pending, after_lost_attempt).await;
+                return round_on(
+                    &mut conn,
+                    dialect,
+                    chunk,
+                    pending,
+                    after_lost_attempt,
+                    false,
+                )
+                .await;
             }
             #[cfg(feature = "mysql")]
             sea_orm::DatabaseConnectionType::SqlxMySqlPoolConnection(_) => {
                 let txn = pool.get_mysql_connection_pool().begin().await;
                 let mut conn = Conn::<C>::MySqlTxn(txn.map_err(crate::connection::acquire_err)?);
-                let found = round_on(&mut conn, dialect, chunk, pending, after_lost_attempt).await;
+                let found =
+                    round_on(&mut conn, dialect, chunk, pending, after_lost_attempt, true).await;
                 return conn.end(found).await;
             }
             #[cfg(feature = "sqlite")]
@@ -238,7 +247,8 @@ async fn round<C: DedupConnection>(
                     .begin_with("BEGIN IMMEDIATE")
                     .await;
                 let mut conn = Conn::<C>::SqliteTxn(txn.map_err(crate::connection::acquire_err)?);
-                let found = round_on(&mut conn, dialect, chunk, pending, after_lost_attempt).await;
+                let found =
+                    round_on(&mut conn, dialect, chunk, pending, after_lost_attempt, true).await;
                 return conn.end(found).await;
             }
             _ => {}
@@ -246,7 +256,15 @@ async fn round<C: DedupConnection>(
     }
     if db.in_transaction() || dialect.binds_arrays() {
         let mut conn = Conn::SeaOrm(db);
-        return round_on(&mut conn, dialect, chunk, pending, after_lost_attempt).await;
+        return round_on(
+            &mut conn,
+            dialect,
+            chunk,
+            pending,
+            after_lost_attempt,
+            false,
+        )
+        .await;
     }
     let txn = if dialect.backend() == sea_orm::DbBackend::Sqlite {
         db.begin_with_options(TransactionOptions {
@@ -263,6 +281,7 @@ async fn round<C: DedupConnection>(
         chunk,
         pending,
         after_lost_attempt,
+        true,
     )
     .await
     {
@@ -285,6 +304,7 @@ async fn round_on<C: ConnectionTrait>(
     chunk: &[Item],
     pending: &[usize],
     after_lost_attempt: bool,
+    own_transaction: bool,
 ) -> Result<Vec<(usize, Outcome)>, DbErr> {
     let bulk = dialect.bulk();
     let mut found = Vec::with_capacity(pending.len());
@@ -345,7 +365,12 @@ async fn round_on<C: ConnectionTrait>(
     if rest.is_empty() {
         return Ok(found);
     }
-    let sql = (bulk.find_occupants)(rest.len());
+    let find_occupants = if own_transaction && !after_lost_attempt {
+        bulk.find_occupants_after_own_insert
+    } else {
+        bulk.find_occupants
+    };
+    let sql = find_occupants(rest.len());
     let mut holders: HashMap<Slot, task_run::Model> = conn
         .query_all(dialect, sql, Params::Slots(chunk, &rest))
         .await?

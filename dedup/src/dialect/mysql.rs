@@ -146,6 +146,18 @@ pub(super) const BULK: Bulk = Bulk {
             keys = repeat("(?, ?, ?, ?)", rows)
         ))
     },
+    find_occupants_after_own_insert: |rows| {
+        Cow::Owned(format!(
+            concat!(
+                "SELECT ",
+                columns!(),
+                " FROM task_run \
+                 WHERE (user_id, task_type, resource_key, dedup_window_end) IN ({keys}) \
+                 AND occupied = 1"
+            ),
+            keys = repeat("(?, ?, ?, ?)", rows)
+        ))
+    },
     by_ids: |rows| {
         Cow::Owned(format!(
             concat!("SELECT ", columns!(), " FROM task_run WHERE id IN ({ids})"),

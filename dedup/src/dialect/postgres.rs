@@ -192,20 +192,9 @@ pub(super) const BULK: Bulk = Bulk {
             columns!()
         ))
     },
-    // A join, so that each key is looked up in the unique index.
-    find_occupants: |_| {
-        Cow::Borrowed(concat!(
-            "SELECT ",
-            columns!(),
-            " \
-             FROM unnest($1::varchar[], $2::varchar[], $3::varchar[], $4::int8[]) \
-             AS k(k_user_id, k_task_type, k_resource_key, k_window_end) \
-             JOIN task_run ON user_id = k_user_id AND task_type = k_task_type \
-             AND resource_key = k_resource_key AND dedup_window_end = k_window_end \
-             WHERE ",
-            occupies_key_sql!()
-        ))
-    },
+    find_occupants,
+    // No locks to avoid: the same read.
+    find_occupants_after_own_insert: find_occupants,
     by_ids: |_| {
         Cow::Borrowed(concat!(
             "SELECT ",
@@ -215,6 +204,22 @@ pub(super) const BULK: Bulk = Bulk {
     },
     ids_in: |_| Cow::Borrowed("SELECT id FROM task_run WHERE id = ANY($1)"),
 };
+
+/// The tasks holding the given keys and windows: a join, so that each key is looked up
+/// in the unique index.
+fn find_occupants(_rows: usize) -> Cow<'static, str> {
+    Cow::Borrowed(concat!(
+        "SELECT ",
+        columns!(),
+        " \
+         FROM unnest($1::varchar[], $2::varchar[], $3::varchar[], $4::int8[]) \
+         AS k(k_user_id, k_task_type, k_resource_key, k_window_end) \
+         JOIN task_run ON user_id = k_user_id AND task_type = k_task_type \
+         AND resource_key = k_resource_key AND dedup_window_end = k_window_end \
+         WHERE ",
+        occupies_key_sql!()
+    ))
+}
 
 /// SQLSTATE of a unique violation.
 const UNIQUE_VIOLATION: &str = "23505";

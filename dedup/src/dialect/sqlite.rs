@@ -183,22 +183,9 @@ pub(super) const BULK: Bulk = Bulk {
             rows = repeat("(?, ?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?)", rows)
         ))
     },
-    // A join, so that each key is looked up in the unique index.
-    find_occupants: |rows| {
-        Cow::Owned(format!(
-            concat!(
-                "WITH k(k_user_id, k_task_type, k_resource_key, k_window_end) AS (VALUES {rows}) \
-                 SELECT ",
-                columns!(),
-                " FROM k \
-                 JOIN task_run ON user_id = k_user_id AND task_type = k_task_type \
-                 AND resource_key = k_resource_key AND dedup_window_end = k_window_end \
-                 WHERE ",
-                occupies_key_sql!()
-            ),
-            rows = repeat("(?, ?, ?, ?)", rows)
-        ))
-    },
+    find_occupants,
+    // No locks to avoid: the same read.
+    find_occupants_after_own_insert: find_occupants,
     by_ids: |rows| {
         Cow::Owned(format!(
             concat!("SELECT ", columns!(), " FROM task_run WHERE id IN ({ids})"),
@@ -212,6 +199,24 @@ pub(super) const BULK: Bulk = Bulk {
         ))
     },
 };
+
+/// The tasks holding the given keys and windows: a join, so that each key is looked up
+/// in the unique index.
+fn find_occupants(rows: usize) -> Cow<'static, str> {
+    Cow::Owned(format!(
+        concat!(
+            "WITH k(k_user_id, k_task_type, k_resource_key, k_window_end) AS (VALUES {rows}) \
+             SELECT ",
+            columns!(),
+            " FROM k \
+             JOIN task_run ON user_id = k_user_id AND task_type = k_task_type \
+             AND resource_key = k_resource_key AND dedup_window_end = k_window_end \
+             WHERE ",
+            occupies_key_sql!()
+        ),
+        rows = repeat("(?, ?, ?, ?)", rows)
+    ))
+}
 
 /// Extended result code of a UNIQUE constraint failure.
 const SQLITE_CONSTRAINT_UNIQUE: &str = "2067";
