@@ -17,6 +17,8 @@
 #   BENCH_REPEAT        1: runs of each cell; the table shows medians (worst case for
 #                       duplicates and errors), strategies interleaved within a repeat
 #   BENCH_DEADLINE      60: seconds after which a warm-up or a run stops by itself
+#   BENCH_BATCH         100: tasks per call of the bulk and bulk-mixed workloads (whose
+#                       ops/s count tasks), e.g. BENCH_WORKLOADS="unique bulk bulk-mixed"
 # The bench drops and recreates task-dedup's tables in those databases; the PostgreSQL
 # and MySQL databases must exist (createdb task_dedup_bench / CREATE DATABASE ...).
 # Raw results go to bench/results/<timestamp>.txt.
@@ -34,13 +36,14 @@ pool=${BENCH_POOL:-16}
 ops=${BENCH_OPS:-10000}
 repeat=${BENCH_REPEAT:-1}
 deadline=${BENCH_DEADLINE:-60}
+batch=${BENCH_BATCH:-100}
 
 cargo build --quiet --release -p task-dedup-bench
 bin=${CARGO_TARGET_DIR:-target}/release/task-dedup-bench
 mkdir -p bench/results
 results="bench/results/$(date -u +%Y%m%dT%H%M%SZ).txt"
 {
-  echo "# $(date -u) $(uname -srm), $(nproc) cpus; pool=$pool ops=$ops repeat=$repeat"
+  echo "# $(date -u) $(uname -srm), $(nproc) cpus; pool=$pool ops=$ops repeat=$repeat batch=$batch"
   echo "# dialect clients strategy workload ops seconds ops_per_sec duplicates_active active_jobs created errors | p50_us p99_us cpu_us_per_call abandoned churn_duplicates"
 } >"$results"
 
@@ -59,7 +62,7 @@ for dialect in $dialects; do
         # Latest payload wins: the library against the hand-written upsert only.
         [ "$workload" = replace ] && [ "$strategy" != raw-dedup ] && [ "$strategy" != find-or-enqueue ] && continue
         out=$("$bin" --url "$url" --strategy "$strategy" --workload "$workload" \
-          --clients "$clients" --pool "$pool" --ops "$ops" --deadline-secs "$deadline") || {
+          --clients "$clients" --pool "$pool" --ops "$ops" --batch "$batch" --deadline-secs "$deadline") || {
           echo "$dialect $clients $strategy $workload FAILED" | tee -a "$results" >&2
           continue
         }
