@@ -33,11 +33,14 @@ static PG_INSERT: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// A lookup per key as a `LATERAL` subquery: as a plain join, the generic plan on a table
+/// not analyzed yet scans every occupied row per call (as find_or_enqueue_many's did).
 static PG_HOLDERS: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "SELECT {COLUMNS} FROM unnest($1::text[], $2::text[], $3::text[]) AS k(ku, kt, kr) \
-         JOIN task_run ON user_id = ku AND task_type = kt AND resource_key = kr \
-         AND dedup_window_end = 0 WHERE {}",
+        "SELECT t.* FROM unnest($1::text[], $2::text[], $3::text[]) AS k(ku, kt, kr) \
+         CROSS JOIN LATERAL (SELECT {COLUMNS} FROM task_run WHERE user_id = ku \
+         AND task_type = kt AND resource_key = kr AND dedup_window_end = 0 AND {} \
+         LIMIT 1) AS t",
         task_dedup::OCCUPIES_KEY_SQL
     )
 });
@@ -166,7 +169,10 @@ async fn raw_dedup(db: &DatabaseConnection, keys: &[TaskKey]) -> Result<usize, s
 }
 
 /// MySQL/MariaDB: insert with `ON DUPLICATE KEY UPDATE id = id`, read which ids went
-/// in, read the holders of the rest, in one transaction.
+/// in, read the holders of the rest, in one transaction. The reads take no locks: the
+/// transaction's snapshot starts after the insert, whose locks hold the rows it hit (a
+/// locking read deadlocks with the other batches' inserts, as find_or_enqueue_many's
+/// did).
 async fn mysql_dedup(
     pool: &sqlx::MySqlPool,
     keys: &[TaskKey],
@@ -203,7 +209,7 @@ async fn mysql_dedup(
     if !rest.is_empty() {
         let select = format!(
             "SELECT {COLUMNS} FROM task_run WHERE (user_id, task_type, resource_key, \
-             dedup_window_end) IN ({}) AND occupied = 1 LOCK IN SHARE MODE",
+             dedup_window_end) IN ({}) AND occupied = 1",
             rows("(?, ?, ?, 0)", rest.len())
         );
         let mut query = sqlx::query(sqlx::AssertSqlSafe(select));

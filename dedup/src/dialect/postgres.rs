@@ -205,19 +205,24 @@ pub(super) const BULK: Bulk = Bulk {
     ids_in: |_| Cow::Borrowed("SELECT id FROM task_run WHERE id = ANY($1)"),
 };
 
-/// The tasks holding the given keys and windows: a join, so that each key is looked up
-/// in the unique index.
+/// The tasks holding the given keys and windows: one lookup in the unique index per key
+/// (at most one row each), written as a `LATERAL` subquery so that no plan can do
+/// otherwise. As a plain join, the generic plan of the prepared statement on a table
+/// not analyzed yet scanned every occupied row per call (measured: 1 s per batch of 100
+/// at 50,000 occupied keys).
 fn find_occupants(_rows: usize) -> Cow<'static, str> {
     Cow::Borrowed(concat!(
-        "SELECT ",
-        columns!(),
-        " \
+        "SELECT t.* \
          FROM unnest($1::varchar[], $2::varchar[], $3::varchar[], $4::int8[]) \
          AS k(k_user_id, k_task_type, k_resource_key, k_window_end) \
-         JOIN task_run ON user_id = k_user_id AND task_type = k_task_type \
+         CROSS JOIN LATERAL (SELECT ",
+        columns!(),
+        " FROM task_run \
+         WHERE user_id = k_user_id AND task_type = k_task_type \
          AND resource_key = k_resource_key AND dedup_window_end = k_window_end \
-         WHERE ",
-        occupies_key_sql!()
+         AND ",
+        occupies_key_sql!(),
+        " LIMIT 1) AS t"
     ))
 }
 
