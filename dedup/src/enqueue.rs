@@ -205,7 +205,9 @@ impl<C: DedupConnection> TaskDedup for C {
                 }
                 enqueue(self, dialect, &key, replace, &mut row).await
             };
-            if let Some(outcome) = retrying.run(attempt).await {
+            // Boxed: this future is most of the call's state, and without the box every
+            // move of the call's future (the span's wrapper is one) copies it.
+            if let Some(outcome) = retrying.run(Box::pin(attempt)).await {
                 match &outcome {
                     Ok(enqueued) => metrics::enqueued(enqueued.outcome_name(), 1),
                     Err(DedupError::Contention { .. }) => metrics::contention(),
