@@ -1,29 +1,4 @@
-//! [`Worker`]: the runtime that runs tasks. It claims up to its concurrency, runs the
-//! [`Handler`] for each under a lease it keeps alive, completes or fails (with retries
-//! and backoff) what the handler returns, reaps expired leases, wakes up on new work,
-//! and on shutdown hands back what it could not finish.
-//!
-//! ```no_run
-//! use std::time::Duration;
-//! use task_dedup::{HandlerError, Worker};
-//! use tokio_util::sync::CancellationToken;
-//!
-//! # async fn run(db: sea_orm::DatabaseConnection) -> Result<(), task_dedup::DedupError> {
-//! let shutdown = CancellationToken::new();
-//! let worker = Worker::builder(db)
-//!     .task_types(["render-pdf"])
-//!     .concurrency(8)
-//!     .lease(Duration::from_secs(30))
-//!     .handler(|task: task_dedup::task_run::Model, cancel: CancellationToken| async move {
-//!         // ... render task.resource_key, watching `cancel` ...
-//!         Ok(Some(serde_json::json!({ "pages": 3 })))
-//!     })
-//!     .build()?;
-//! let report = worker.run(shutdown).await?;
-//! println!("{report:?}");
-//! # Ok(())
-//! # }
-//! ```
+//! The [`Worker`] runtime: its builder, handlers and wake-ups.
 
 mod builder;
 mod handler;
@@ -50,7 +25,32 @@ use crate::retry::{Retry, RetryPolicy};
 use crate::task_run;
 use crate::worker::TaskWorker;
 
-/// Runs tasks: see the [module documentation](self) and [`WorkerBuilder`].
+/// The runtime that runs tasks, configured through [`WorkerBuilder`]. It claims up to
+/// its concurrency, runs the [`Handler`] for each under a lease it keeps alive,
+/// completes or fails (with retries and backoff) what the handler returns, reaps expired
+/// leases, wakes up on new work, and on shutdown hands back what it could not finish.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use task_dedup::{HandlerError, Worker};
+/// use tokio_util::sync::CancellationToken;
+///
+/// # async fn run(db: sea_orm::DatabaseConnection) -> Result<(), task_dedup::DedupError> {
+/// let shutdown = CancellationToken::new();
+/// let worker = Worker::builder(db)
+///     .task_types(["render-pdf"])
+///     .concurrency(8)
+///     .lease(Duration::from_secs(30))
+///     .handler(|task: task_dedup::task_run::Model, cancel: CancellationToken| async move {
+///         // ... render task.resource_key, watching `cancel` ...
+///         Ok(Some(serde_json::json!({ "pages": 3 })))
+///     })
+///     .build()?;
+/// let report = worker.run(shutdown).await?;
+/// println!("{report:?}");
+/// # Ok(())
+/// # }
+/// ```
 pub struct Worker {
     db: DatabaseConnection,
     config: Arc<Config>,
