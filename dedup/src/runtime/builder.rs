@@ -114,8 +114,9 @@ impl WorkerBuilder {
         self
     }
 
-    /// How long a shutdown waits for running handlers before it cancels them and hands
-    /// their tasks back to the queue. Default 30 s.
+    /// How long a shutdown waits for running handlers before it cancels them (each then
+    /// has the [`cancel_grace`](Self::cancel_grace) to return) and hands their tasks back
+    /// to the queue. Default 30 s.
     pub fn shutdown_grace(mut self, grace: Duration) -> WorkerBuilder {
         self.shutdown_grace = grace;
         self
