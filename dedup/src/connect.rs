@@ -23,7 +23,7 @@ pub const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 /// [`DbErr`] when the URL is invalid or the database cannot be reached within the
 /// connect timeout.
 ///
-/// ```
+/// ```no_run
 /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
 /// let db = task_dedup::connect("sqlite::memory:").await?;
 /// # Ok::<(), sea_orm::DbErr>(())

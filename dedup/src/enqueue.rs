@@ -101,7 +101,7 @@ pub trait TaskDedup {
     /// - [`DedupError::Database`] for anything else, including an unreachable database.
     ///
     /// # Example
-    /// ```
+    /// ```no_run
     /// use task_dedup::{NewTask, TaskDedup, TaskKey};
     ///
     /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
@@ -158,7 +158,7 @@ pub trait TaskDedup {
     /// SQL runs; otherwise as [`find_or_enqueue`](Self::find_or_enqueue).
     ///
     /// # Example
-    /// ```
+    /// ```no_run
     /// use task_dedup::{NewTask, TaskDedup, TaskKey};
     ///
     /// # tokio::runtime::Runtime::new().unwrap().block_on(async {

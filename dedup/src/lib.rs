@@ -5,7 +5,7 @@
 //! MySQL/MariaDB, and [`TaskDedup::find_or_enqueue`] returns either the task it created
 //! or the one already in flight, even under a storm of concurrent requests.
 //!
-//! ```
+//! ```no_run
 //! use task_dedup::{NewTask, TaskDedup, TaskKey};
 //! use task_dedup_migration::{Migrator, MigratorTrait};
 //!

@@ -5,7 +5,7 @@
 //!   to your migrations. They are recorded wherever your migrator records its own
 //!   (`seaql_migrations` by default). Their names carry a `task_dedup` prefix, so they
 //!   never collide with yours.
-//! - [`Migrator`] runs them on their own (the `task-dedup-migrate` binary uses it) and
+//! - [`Migrator`] runs them on their own (the `task-dedup-migrate` command uses it) and
 //!   records them in a ledger of its own, [`MIGRATION_TABLE`], so it never trips over an
 //!   application migrator's records in the same database, nor they over its.
 //! - [`ensure_schema`] brings a `task_run` table that predates these migrations up to
@@ -34,9 +34,9 @@
 //! - `sqlite`, `postgres`, `mysql` (all default): the dialects, forwarded to
 //!   sea-orm-migration's `sqlx-*` features. A dialect built without its feature is a
 //!   `DbErr::BackendNotSupported` at run time.
-//! - `cli` (default): the `task-dedup-migrate` binary, with the tokio runtime and rustls
-//!   it needs as a program. Library users who only splice [`migrations()`] turn default
-//!   features off:
+//! - No runtime or TLS backend: your application's sea-orm dependency picks them. The
+//!   `task-dedup-migrate` command, which runs these migrations standalone, is the crate
+//!   of that name. Splice [`migrations()`] with only the dialects you use:
 //!   `task-dedup-migration = { version = "0.1", default-features = false, features = ["postgres"] }`.
 //!
 //! ```

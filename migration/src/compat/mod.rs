@@ -111,7 +111,7 @@ pub enum SchemaError {
 /// stopped).
 ///
 /// # Example
-/// ```
+/// ```no_run
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// let db = sea_orm_migration::sea_orm::Database::connect("sqlite::memory:").await?;
 /// let report = task_dedup_migration::ensure_schema(&db).await?;
@@ -119,7 +119,6 @@ pub enum SchemaError {
 /// assert!(task_dedup_migration::ensure_schema(&db).await?.is_unchanged());
 /// # Ok(())
 /// # }
-/// # tokio::runtime::Runtime::new().unwrap().block_on(run()).unwrap();
 /// ```
 pub async fn ensure_schema<'c, C>(db: C) -> Result<CompatReport, SchemaError>
 where

@@ -2,7 +2,7 @@
 //! to an application's tables (its ledger is `task_dedup_migrations`).
 //!
 //! ```text
-//! cargo run -p task-dedup-migration -- up          # also down, status, refresh, reset
+//! cargo run -p task-dedup-migrate -- up            # also down, status, refresh, reset
 //! task-dedup-migrate -u postgres://user@host/db up
 //! ```
 //!

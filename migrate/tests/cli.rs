@@ -5,7 +5,6 @@
 //!
 //! Needs `TASK_DEDUP_POSTGRES_URL` (a server where the user may `CREATE DATABASE`);
 //! without it the PostgreSQL cases are skipped with a message, unless `CI=true`.
-#![cfg(feature = "cli")]
 // A test file: a panic is how it fails.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
