@@ -572,19 +572,7 @@ mod flat {
         match params {
             Params::Rows(chunk, group) => {
                 for &i in group {
-                    let row = &chunk[i].row;
-                    query = query
-                        .bind(row.id)
-                        .bind(row.user_id.as_str())
-                        .bind(row.task_type.as_str())
-                        .bind(row.resource_key.as_str())
-                        .bind(row.payload.as_ref())
-                        .bind(row.created_at)
-                        .bind(row.updated_at)
-                        .bind(row.run_at)
-                        .bind(row.priority)
-                        .bind(row.scope.as_str())
-                        .bind(row.dedup_window_end);
+                    query = crate::connection::bind_row(query, &chunk[i].row);
                 }
             }
             Params::Slots(chunk, group) => {
@@ -678,55 +666,23 @@ fn row_values(dialect: Dialect, chunk: &[Item], group: &[usize]) -> Vec<Value> {
             .map(|row| row.created_at)
             .unwrap_or_else(task_run::now);
         return vec![
-            rows.clone().map(|r| r.id).collect::<Vec<_>>().into(),
-            rows.clone()
-                .map(|r| r.user_id.clone())
-                .collect::<Vec<_>>()
-                .into(),
-            rows.clone()
-                .map(|r| r.task_type.clone())
-                .collect::<Vec<_>>()
-                .into(),
-            rows.clone()
-                .map(|r| r.resource_key.clone())
-                .collect::<Vec<_>>()
-                .into(),
+            array(rows.clone(), |r| r.id),
+            array(rows.clone(), |r| r.user_id.clone()),
+            array(rows.clone(), |r| r.task_type.clone()),
+            array(rows.clone(), |r| r.resource_key.clone()),
             now.into(),
-            rows.clone()
-                .map(|r| r.payload.clone().unwrap_or(serde_json::Value::Null))
-                .collect::<Vec<_>>()
-                .into(),
-            rows.clone()
-                .map(|r| r.payload.is_some())
-                .collect::<Vec<_>>()
-                .into(),
-            rows.clone().map(|r| r.run_at).collect::<Vec<_>>().into(),
-            rows.clone().map(|r| r.priority).collect::<Vec<_>>().into(),
-            rows.clone()
-                .map(|r| r.scope.as_str().to_owned())
-                .collect::<Vec<_>>()
-                .into(),
-            rows.map(|r| r.dedup_window_end).collect::<Vec<_>>().into(),
+            array(rows.clone(), |r| {
+                r.payload.clone().unwrap_or(serde_json::Value::Null)
+            }),
+            array(rows.clone(), |r| r.payload.is_some()),
+            array(rows.clone(), |r| r.run_at),
+            array(rows.clone(), |r| r.priority),
+            array(rows.clone(), |r| r.scope.as_str().to_owned()),
+            array(rows, |r| r.dedup_window_end),
         ];
     }
     let _ = dialect;
-    let mut values = Vec::with_capacity(group.len() * 11);
-    for row in rows {
-        values.extend([
-            row.id.into(),
-            row.user_id.clone().into(),
-            row.task_type.clone().into(),
-            row.resource_key.clone().into(),
-            row.payload.clone().into(),
-            row.created_at.into(),
-            row.updated_at.into(),
-            row.run_at.into(),
-            row.priority.into(),
-            row.scope.as_str().into(),
-            row.dedup_window_end.into(),
-        ]);
-    }
-    values
+    rows.flat_map(crate::connection::insert_values).collect()
 }
 
 /// The occupant lookup's parameters: key and window of each task of `group`.
@@ -735,19 +691,10 @@ fn slot_values(dialect: Dialect, chunk: &[Item], group: &[usize]) -> Vec<Value> 
     #[cfg(feature = "postgres")]
     if dialect.binds_arrays() {
         return vec![
-            rows.clone()
-                .map(|r| r.user_id.clone())
-                .collect::<Vec<_>>()
-                .into(),
-            rows.clone()
-                .map(|r| r.task_type.clone())
-                .collect::<Vec<_>>()
-                .into(),
-            rows.clone()
-                .map(|r| r.resource_key.clone())
-                .collect::<Vec<_>>()
-                .into(),
-            rows.map(|r| r.dedup_window_end).collect::<Vec<_>>().into(),
+            array(rows.clone(), |r| r.user_id.clone()),
+            array(rows.clone(), |r| r.task_type.clone()),
+            array(rows.clone(), |r| r.resource_key.clone()),
+            array(rows, |r| r.dedup_window_end),
         ];
     }
     let _ = dialect;
@@ -761,6 +708,18 @@ fn slot_values(dialect: Dialect, chunk: &[Item], group: &[usize]) -> Vec<Value> 
         ]);
     }
     values
+}
+
+/// One column of `rows` as a PostgreSQL array parameter.
+#[cfg(feature = "postgres")]
+fn array<'a, T>(
+    rows: impl Iterator<Item = &'a task_run::Model>,
+    column: impl Fn(&task_run::Model) -> T,
+) -> Value
+where
+    Vec<T>: Into<Value>,
+{
+    rows.map(column).collect::<Vec<_>>().into()
 }
 
 /// The id lookup's parameters.

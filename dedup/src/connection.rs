@@ -212,7 +212,7 @@ pub(crate) async fn returned_row<C: ConnectionTrait + ?Sized>(
 /// bound as SeaORM binds the same value (sea-query-sqlx), so both paths store the same
 /// bytes.
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
-fn bind_row<'q, DB>(
+pub(crate) fn bind_row<'q, DB>(
     query: sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>,
     row: &'q task_run::Model,
 ) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>
@@ -242,7 +242,7 @@ where
 /// A new task's bound values, in the order of the INSERT statements' placeholders:
 /// id, user_id, task_type, resource_key, payload, created_at, updated_at, run_at,
 /// priority, scope, dedup_window_end (`status` and `attempts` are literals there).
-fn insert_values(row: &task_run::Model) -> Vec<Value> {
+pub(crate) fn insert_values(row: &task_run::Model) -> Vec<Value> {
     vec![
         row.id.into(),
         row.user_id.clone().into(),

@@ -146,6 +146,28 @@ pub(super) const STATEMENTS: Statements = Statements {
             AND dedup_window_end <= extract(epoch FROM statement_timestamp())",
 };
 
+/// The start of both bulk inserts: the rows from one array per column, up to the
+/// conflict target (the unique index); they differ in what a conflict does.
+macro_rules! bulk_insert_on_conflict {
+    () => {
+        concat!(
+            "INSERT INTO task_run (",
+            insert_columns!(),
+            ") \
+             SELECT id, user_id, task_type, resource_key, 'queued', \
+             CASE WHEN has_payload THEN payload END, 0, $5, $5, run_at, priority, scope, \
+             dedup_window_end \
+             FROM unnest($1::uuid[], $2::varchar[], $3::varchar[], $4::varchar[], \
+             $6::jsonb[], $7::bool[], $8::timestamptz[], $9::int2[], $10::varchar[], $11::int8[]) \
+             AS t(id, user_id, task_type, resource_key, payload, has_payload, run_at, priority, \
+             scope, dedup_window_end) \
+             ON CONFLICT (user_id, task_type, resource_key, dedup_window_end) \
+             WHERE ",
+            occupies_key_sql!()
+        )
+    };
+}
+
 /// One array per column: the texts do not depend on the number of rows. `created_at`
 /// and `updated_at` are one value for the whole chunk ($5). A task without a payload
 /// has `has_payload` false: an array of SeaORM values cannot hold NULL elements.
@@ -153,37 +175,13 @@ pub(super) const BULK: Bulk = Bulk {
     chunk: 5_000,
     insert: |_| {
         Cow::Borrowed(concat!(
-            "INSERT INTO task_run (",
-            insert_columns!(),
-            ") \
-             SELECT id, user_id, task_type, resource_key, 'queued', \
-             CASE WHEN has_payload THEN payload END, 0, $5, $5, run_at, priority, scope, \
-             dedup_window_end \
-             FROM unnest($1::uuid[], $2::varchar[], $3::varchar[], $4::varchar[], \
-             $6::jsonb[], $7::bool[], $8::timestamptz[], $9::int2[], $10::varchar[], $11::int8[]) \
-             AS t(id, user_id, task_type, resource_key, payload, has_payload, run_at, priority, \
-             scope, dedup_window_end) \
-             ON CONFLICT (user_id, task_type, resource_key, dedup_window_end) \
-             WHERE ",
-            occupies_key_sql!(),
+            bulk_insert_on_conflict!(),
             " DO NOTHING RETURNING id"
         ))
     },
     replace: |_| {
         Cow::Borrowed(concat!(
-            "INSERT INTO task_run (",
-            insert_columns!(),
-            ") \
-             SELECT id, user_id, task_type, resource_key, 'queued', \
-             CASE WHEN has_payload THEN payload END, 0, $5, $5, run_at, priority, scope, \
-             dedup_window_end \
-             FROM unnest($1::uuid[], $2::varchar[], $3::varchar[], $4::varchar[], \
-             $6::jsonb[], $7::bool[], $8::timestamptz[], $9::int2[], $10::varchar[], $11::int8[]) \
-             AS t(id, user_id, task_type, resource_key, payload, has_payload, run_at, priority, \
-             scope, dedup_window_end) \
-             ON CONFLICT (user_id, task_type, resource_key, dedup_window_end) \
-             WHERE ",
-            occupies_key_sql!(),
+            bulk_insert_on_conflict!(),
             " \
              DO UPDATE SET payload = EXCLUDED.payload, run_at = EXCLUDED.run_at, \
              priority = EXCLUDED.priority, updated_at = EXCLUDED.updated_at \
