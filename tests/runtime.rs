@@ -37,6 +37,27 @@ fn key(resource: &str) -> TaskKey {
     TaskKey::new("user-1", "job", resource).expect("valid key")
 }
 
+/// Enqueues a task on `resource`; its id.
+async fn enqueued(db: &DatabaseConnection, resource: &str) -> uuid::Uuid {
+    db.find_or_enqueue(NewTask::new(key(resource)))
+        .await
+        .expect("enqueue")
+        .task()
+        .id
+}
+
+/// Polls `seen` every 10 ms until it gives a value; fails with `what` after 5 s.
+async fn within_5s<T>(what: &str, mut seen: impl FnMut() -> Option<T>) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(value) = seen() {
+            return value;
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "{what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Retries at once, up to five attempts.
 fn quick_retries() -> RetryPolicy {
     RetryPolicy {
@@ -300,13 +321,7 @@ async fn failing_twice_then_succeeding_takes_three_attempts_with_backoff(db: &Te
         })
         .build()
         .expect("worker");
-    let id = db
-        .db
-        .find_or_enqueue(NewTask::new(key("flaky")))
-        .await
-        .expect("enqueue")
-        .task()
-        .id;
+    let id = enqueued(&db.db, "flaky").await;
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(worker.run(shutdown.clone()));
     let task = wait_for(&db.db, id, |t| t.status == TaskStatus::Succeeded).await;
@@ -372,13 +387,7 @@ async fn shutdown_releases_a_running_task_for_another_worker(db: &TestDb) {
         })
         .build()
         .expect("worker");
-    let id = db
-        .db
-        .find_or_enqueue(NewTask::new(key("long")))
-        .await
-        .expect("enqueue")
-        .task()
-        .id;
+    let id = enqueued(&db.db, "long").await;
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(stubborn.run(shutdown.clone()));
     started.notified().await;
@@ -442,28 +451,13 @@ async fn a_cancelled_tasks_handler_sees_it_within_a_heartbeat(db: &TestDb) {
         })
         .build()
         .expect("worker");
-    let id = db
-        .db
-        .find_or_enqueue(NewTask::new(key("doomed")))
-        .await
-        .expect("enqueue")
-        .task()
-        .id;
+    let id = enqueued(&db.db, "doomed").await;
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(worker.run(shutdown.clone()));
     started.notified().await;
     let cancelled_at = Instant::now();
     db.db.cancel(id, "no longer needed").await.expect("cancel");
-    let seen = loop {
-        if let Some(seen) = *saw.lock().expect("lock") {
-            break seen;
-        }
-        assert!(
-            cancelled_at.elapsed() < Duration::from_secs(5),
-            "never saw it"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    let seen = within_5s("the handler never saw it", || *saw.lock().expect("lock")).await;
     let delay = seen - cancelled_at;
     assert!(
         delay <= heartbeat + Duration::from_millis(150),
@@ -508,25 +502,15 @@ async fn a_handler_deaf_to_its_cancellation_is_dropped_after_the_cancel_grace(db
         })
         .build()
         .expect("worker");
-    let id = db
-        .db
-        .find_or_enqueue(NewTask::new(key("deaf")))
-        .await
-        .expect("enqueue")
-        .task()
-        .id;
+    let id = enqueued(&db.db, "deaf").await;
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(worker.run(shutdown.clone()));
     started.notified().await;
-    let cancelled_at = Instant::now();
     db.db.cancel(id, "no longer needed").await.expect("cancel");
-    while !dropped.load(Ordering::SeqCst) {
-        assert!(
-            cancelled_at.elapsed() < Duration::from_secs(5),
-            "the handler was never dropped"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    within_5s("the handler was never dropped", || {
+        dropped.load(Ordering::SeqCst).then_some(())
+    })
+    .await;
     // Dropped: the shutdown has nothing to wait for, whatever its grace.
     let stopping = Instant::now();
     shutdown.cancel();
@@ -550,25 +534,13 @@ async fn a_panicking_handler_leaves_the_worker_running(db: &TestDb) {
         })
         .build()
         .expect("worker");
-    let bomb = db
-        .db
-        .find_or_enqueue(NewTask::new(key("bomb")))
-        .await
-        .expect("enqueue")
-        .task()
-        .id;
+    let bomb = enqueued(&db.db, "bomb").await;
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(worker.run(shutdown.clone()));
     let task = wait_for(&db.db, bomb, |t| t.status == TaskStatus::Succeeded).await;
     assert_eq!(task.attempts, 2, "the panic failed the first attempt");
     // The worker still runs: a new task is done too.
-    let next = db
-        .db
-        .find_or_enqueue(NewTask::new(key("after")))
-        .await
-        .expect("enqueue")
-        .task()
-        .id;
+    let next = enqueued(&db.db, "after").await;
     wait_for(&db.db, next, |t| t.status == TaskStatus::Succeeded).await;
     shutdown.cancel();
     let report: WorkerReport = running.await.expect("task").expect("run");
