@@ -45,7 +45,9 @@ use sea_orm::{
     ActiveValue::Set, DatabaseConnection, DatabaseTransaction, DbErr, EntityTrait, TransactionTrait,
 };
 use serde::{Deserialize, Serialize};
-use task_dedup::{DedupError, Enqueued, NewTask, TaskDedup, TaskKey, TaskWorker, task_run};
+use task_dedup::{
+    DedupError, Enqueued, InvalidKey, NewTask, TaskDedup, TaskKey, TaskWorker, task_run,
+};
 use task_dedup_migration::{MigrationTrait, MigratorTrait};
 use uuid::Uuid;
 
@@ -149,9 +151,10 @@ async fn enqueue(
 
     let outcome = with_retries(|| enqueue_in_transaction(&db, task.clone())).await?;
 
-    let (status, deduplicated) = match &outcome {
-        Enqueued::Created(_) => (StatusCode::CREATED, false),
-        Enqueued::Existing(_) | Enqueued::Replaced(_) => (StatusCode::OK, true),
+    let (status, deduplicated) = if outcome.is_created() {
+        (StatusCode::CREATED, false)
+    } else {
+        (StatusCode::OK, true)
     };
     let task = outcome.into_task();
     let location = format!("/tasks/{}", task.id);
@@ -274,6 +277,12 @@ pub enum ApiError {
 impl From<DedupError> for ApiError {
     fn from(err: DedupError) -> Self {
         ApiError::Dedup(err)
+    }
+}
+
+impl From<InvalidKey> for ApiError {
+    fn from(err: InvalidKey) -> Self {
+        ApiError::Dedup(err.into())
     }
 }
 

@@ -51,7 +51,7 @@ fn batch_of(caller: usize) -> Vec<String> {
 
 /// Keys held by more than one task, and the number of tasks holding a key.
 async fn holders(db: &DatabaseConnection) -> (i64, i64) {
-    let occupies = task_dedup::OCCUPIES_KEY_SQL;
+    let occupies = task_dedup_entity::OCCUPIES_KEY_SQL;
     let count = async |sql: String| -> i64 {
         let row = db
             .query_one_raw(Statement::from_string(db.get_database_backend(), sql))
@@ -212,6 +212,7 @@ async fn repeats_in_a_batch_get_the_first_occurrences_task(db: &TestDb) {
             Enqueued::Created(_) => "created",
             Enqueued::Existing(_) => "existing",
             Enqueued::Replaced(_) => "replaced",
+            other => panic!("an outcome this test does not know: {other:?}"),
         })
         .collect();
     assert_eq!(

@@ -89,7 +89,7 @@ async fn duplicate_holders(db: &DatabaseConnection) -> i64 {
     let sql = format!(
         "SELECT COUNT(*) AS n FROM (SELECT user_id FROM task_run WHERE {} \
          GROUP BY user_id, task_type, resource_key, dedup_window_end HAVING COUNT(*) > 1) d",
-        task_dedup::OCCUPIES_KEY_SQL
+        task_dedup_entity::OCCUPIES_KEY_SQL
     );
     let row = db
         .query_one_raw(Statement::from_string(db.get_database_backend(), sql))

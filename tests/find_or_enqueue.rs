@@ -9,7 +9,7 @@ use std::time::Duration;
 use common::rows;
 use common::{Dialect, TestDb};
 use sea_orm::{
-    ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbErr, EntityTrait, PaginatorTrait,
+    ConnectionTrait, DatabaseConnection, DatabaseTransaction, EntityTrait, PaginatorTrait,
     TransactionTrait,
 };
 use task_dedup::{
@@ -225,7 +225,7 @@ fn finish_statement(key: &TaskKey) -> sea_orm::sea_query::UpdateStatement {
         .and_where(Expr::col(Column::UserId).eq(key.user_id()))
         .and_where(Expr::col(Column::TaskType).eq(key.task_type()))
         .and_where(Expr::col(Column::ResourceKey).eq(key.resource_key()))
-        .and_where(Expr::cust(task_dedup::active_status_sql()))
+        .and_where(Expr::cust(task_dedup_entity::active_status_sql()))
         .to_owned()
 }
 
@@ -558,7 +558,7 @@ async fn invalid_keys_are_rejected_before_sql(db: &TestDb) {
         ),
     ];
     for ((user, task_type, resource), field, reason) in cases {
-        match TaskKey::new(user, task_type, resource) {
+        match TaskKey::new(user, task_type, resource).map_err(DedupError::from) {
             Err(DedupError::InvalidKey {
                 field: f,
                 reason: r,
@@ -641,7 +641,7 @@ async fn unreachable_database_is_an_error(db: &TestDb) {
         .connect_timeout(Duration::from_secs(5))
         .acquire_timeout(Duration::from_secs(5));
     let started = std::time::Instant::now();
-    let err: DbErr = task_dedup::connect_with(options)
+    let err: DedupError = task_dedup::connect_with(options)
         .await
         .expect_err("nothing listens");
     assert!(started.elapsed() < Duration::from_secs(30), "{err}");

@@ -672,7 +672,8 @@ async fn seed_first_release(db: &TestDb) -> (Vec<uuid::Uuid>, uuid::Uuid) {
 /// After the upgrade, tasks of the first release behave as `Scope::Active` tasks of
 /// priority 0 that are due now, and every invariant holds.
 async fn assert_upgraded(db: &TestDb, queued: &[uuid::Uuid], running: uuid::Uuid) {
-    use task_dedup::{NewTask, Scope, TaskDedup, TaskKey, TaskScope, TaskWorker};
+    use task_dedup::task_run::TaskScope;
+    use task_dedup::{NewTask, Scope, TaskDedup, TaskKey, TaskWorker};
 
     let all = rows::all(&db.db).await;
     assert_eq!(all.len(), 9, "nothing lost");

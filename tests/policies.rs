@@ -13,7 +13,7 @@ use common::{Dialect, TestDb};
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
 use task_dedup::{
     DedupError, Enqueued, NewTask, OnConflict, Retry, RetryPolicy, Scope, TaskDedup, TaskKey,
-    TaskScope, TaskStatus, TaskWorker, task_run,
+    TaskStatus, TaskWorker, task_run,
 };
 use tokio::sync::Barrier;
 
@@ -91,7 +91,7 @@ async fn queued_scope_queues_one_follow_up_behind_a_running_task(db: &TestDb) {
     let queued = || task("doc").scope(Scope::Queued);
     let first = db.db.find_or_enqueue(queued()).await.expect("enqueue");
     assert!(first.is_created());
-    assert_eq!(first.task().scope, TaskScope::Queued);
+    assert_eq!(first.task().scope, task_run::TaskScope::Queued);
     // While it is queued, it holds the key.
     let hit = db.db.find_or_enqueue(queued()).await.expect("enqueue");
     assert_eq!(hit, Enqueued::Existing(first.task().clone()));
@@ -164,7 +164,7 @@ async fn period_scope_holds_the_window_whatever_the_status(db: &TestDb) {
     let first = db.db.find_or_enqueue(hourly()).await.expect("enqueue");
     assert!(first.is_created());
     let created = first.task();
-    assert_eq!(created.scope, TaskScope::Period);
+    assert_eq!(created.scope, task_run::TaskScope::Period);
     let start = created.created_at.timestamp() / 3_600 * 3_600;
     assert_eq!(created.dedup_window_end, start + 3_600);
 

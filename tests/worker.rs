@@ -473,13 +473,7 @@ async fn expired_leases_are_requeued_then_failed(db: &TestDb) {
     expire_lease(db, task.id).await;
 
     let report = db.db.reap_expired(&reap_policy(2)).await.expect("reap");
-    assert_eq!(
-        report,
-        ReapReport {
-            requeued: 1,
-            failed: 0
-        }
-    );
+    assert_eq!((report.requeued, report.failed), (1, 0));
     let requeued = load(db, task.id).await;
     assert_eq!(requeued.status, TaskStatus::Queued);
     assert_eq!(
@@ -492,13 +486,7 @@ async fn expired_leases_are_requeued_then_failed(db: &TestDb) {
     assert_eq!((second.id, second.attempts), (task.id, 2));
     expire_lease(db, task.id).await;
     let report = db.db.reap_expired(&reap_policy(2)).await.expect("reap");
-    assert_eq!(
-        report,
-        ReapReport {
-            requeued: 0,
-            failed: 1
-        }
-    );
+    assert_eq!((report.requeued, report.failed), (0, 1));
     let failed = load(db, task.id).await;
     assert_eq!(failed.status, TaskStatus::Failed);
     assert!(failed.finished_at.is_some() && failed.lease_expires_at.is_none());

@@ -29,7 +29,7 @@ static PG_INSERT: LazyLock<String> = LazyLock::new(|| {
          FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[]) AS x(id, u, t, r) \
          ON CONFLICT (user_id, task_type, resource_key, dedup_window_end) \
          WHERE {} DO NOTHING RETURNING id",
-        task_dedup::OCCUPIES_KEY_SQL
+        task_dedup_entity::OCCUPIES_KEY_SQL
     )
 });
 
@@ -41,7 +41,7 @@ static PG_HOLDERS: LazyLock<String> = LazyLock::new(|| {
          CROSS JOIN LATERAL (SELECT {COLUMNS} FROM task_run WHERE user_id = ku \
          AND task_type = kt AND resource_key = kr AND dedup_window_end = 0 AND {} \
          LIMIT 1) AS t",
-        task_dedup::OCCUPIES_KEY_SQL
+        task_dedup_entity::OCCUPIES_KEY_SQL
     )
 });
 
@@ -86,7 +86,7 @@ fn rows(group: &str, rows: usize) -> String {
 async fn raw_dedup(db: &DatabaseConnection, keys: &[TaskKey]) -> Result<usize, sqlx::Error> {
     let now = task_run::now();
     let ids: Vec<Uuid> = keys.iter().map(|_| Uuid::now_v7()).collect();
-    let occupies = task_dedup::OCCUPIES_KEY_SQL;
+    let occupies = task_dedup_entity::OCCUPIES_KEY_SQL;
     match db.get_database_backend() {
         DbBackend::Postgres => {
             let pool = db.get_postgres_connection_pool();

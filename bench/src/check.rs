@@ -14,7 +14,7 @@ pub struct TableCheck {
 }
 
 pub async fn check(db: &DatabaseConnection) -> Result<TableCheck, DbErr> {
-    let active = task_dedup::active_status_sql();
+    let active = task_dedup_entity::active_status_sql();
     Ok(TableCheck {
         duplicates_active: count(
             db,

@@ -383,7 +383,7 @@ async fn churn_finisher(db: DatabaseConnection, keys: usize, done: Arc<AtomicBoo
             .and_where(Expr::col(Column::UserId).eq(key.user_id()))
             .and_where(Expr::col(Column::TaskType).eq(key.task_type()))
             .and_where(Expr::col(Column::ResourceKey).eq(key.resource_key()))
-            .and_where(Expr::cust(task_dedup::active_status_sql()))
+            .and_where(Expr::cust(task_dedup_entity::active_status_sql()))
             .to_owned();
         match db.execute(&update).await {
             Ok(result) => {

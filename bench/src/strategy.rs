@@ -87,7 +87,7 @@ impl Sql {
             p(10),
             p(11)
         );
-        let occupies = task_dedup::OCCUPIES_KEY_SQL;
+        let occupies = task_dedup_entity::OCCUPIES_KEY_SQL;
         let target = format!(
             "ON CONFLICT (user_id, task_type, resource_key, dedup_window_end) WHERE {occupies}"
         );

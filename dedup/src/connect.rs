@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbErr};
+use sea_orm::{ConnectOptions, Database, DatabaseConnection};
+
+use crate::error::DedupError;
 
 /// Pool size used when the options do not set one. SeaORM's own default for SQLite is a
 /// single connection, which serializes every caller behind one another.
@@ -20,16 +22,17 @@ pub const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 /// `mysql://...`; the dialect is chosen from it at run time.
 ///
 /// # Errors
-/// [`DbErr`] when the URL is invalid or the database cannot be reached within the
-/// connect timeout.
+/// [`DedupError::Database`] when the URL is invalid, [`DedupError::ConnectionLost`] when
+/// the database cannot be reached (refused, unknown host), another variant as SeaORM
+/// reports it (e.g. a timeout within the pool's connect timeout).
 ///
 /// ```no_run
 /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
 /// let db = task_dedup::connect("sqlite::memory:").await?;
-/// # Ok::<(), sea_orm::DbErr>(())
+/// # Ok::<(), task_dedup::DedupError>(())
 /// # }).unwrap();
 /// ```
-pub async fn connect(url: &str) -> Result<DatabaseConnection, DbErr> {
+pub async fn connect(url: &str) -> Result<DatabaseConnection, DedupError> {
     let mut options = ConnectOptions::new(url);
     options
         .sqlx_logging(false)
@@ -49,7 +52,7 @@ pub async fn connect(url: &str) -> Result<DatabaseConnection, DbErr> {
 ///
 /// # Errors
 /// As [`connect`].
-pub async fn connect_with(mut options: ConnectOptions) -> Result<DatabaseConnection, DbErr> {
+pub async fn connect_with(mut options: ConnectOptions) -> Result<DatabaseConnection, DedupError> {
     let url = options.get_url().to_owned();
     if url.starts_with("sqlite:") {
         if is_in_memory(&url) {
@@ -73,7 +76,7 @@ pub async fn connect_with(mut options: ConnectOptions) -> Result<DatabaseConnect
     } else if options.get_max_connections().is_none() {
         options.max_connections(DEFAULT_MAX_CONNECTIONS);
     }
-    Database::connect(options).await
+    Ok(Database::connect(options).await?)
 }
 
 fn is_in_memory(url: &str) -> bool {

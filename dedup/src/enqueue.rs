@@ -5,23 +5,18 @@ use std::time::Duration;
 use async_trait::async_trait;
 use uuid::Uuid;
 
-use crate::connection::DedupConnection;
-use crate::dialect::{Dialect, Inserted, is_transaction_conflict};
+use crate::connection::{DedupConnection, WithRetryBudget};
 use crate::error::DedupError;
+use crate::executor::{Executor, Inserted};
 use crate::key::TaskKey;
-use crate::reconnect::{self, Retrying};
+use crate::retry::{MAX_ENQUEUE_ATTEMPTS, Retrying};
 use crate::task::{NewTask, OnConflict, Scope};
 use crate::task_run;
-use crate::{metrics, wakeup};
-
-/// How many inserts `find_or_enqueue` tries before giving up with
-/// [`DedupError::Contention`]. A retry happens only when the task holding the key let
-/// go of it before it could be read, or (outside a transaction) when the database broke
-/// a deadlock by aborting the insert.
-pub const MAX_ENQUEUE_ATTEMPTS: u32 = 16;
+use crate::{metrics, notify};
 
 /// What [`TaskDedup::find_or_enqueue`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Enqueued {
     /// This call inserted the task.
     Created(task_run::Model),
@@ -70,11 +65,13 @@ impl Enqueued {
 
 /// Atomic find-or-enqueue, on a pool or inside the caller's transaction.
 ///
-/// Implemented for [`DatabaseConnection`](sea_orm::DatabaseConnection),
-/// [`DatabaseTransaction`](sea_orm::DatabaseTransaction) and
-/// [`DatabaseExecutor`](sea_orm::DatabaseExecutor).
+/// Implemented for every [`DedupConnection`]:
+/// [`DatabaseConnection`](sea_orm::DatabaseConnection),
+/// [`DatabaseTransaction`](sea_orm::DatabaseTransaction),
+/// [`DatabaseExecutor`](sea_orm::DatabaseExecutor), and those
+/// [`WithRetryBudget`]. Sealed: not for implementing elsewhere.
 #[async_trait]
-pub trait TaskDedup {
+pub trait TaskDedup: crate::connection::sealed::Sealed {
     /// Enqueues `task` unless another task holds its key, and says which happened.
     ///
     /// Which states hold a key is the task's [`Scope`] (default: `queued` or `running`);
@@ -150,8 +147,9 @@ pub trait TaskDedup {
     ///   SQLite and MySQL/MariaDB, within their parameter limits), each atomic on its own:
     ///   an error leaves the earlier chunks enqueued. Inside the caller's transaction
     ///   everything runs in it.
-    /// - A lost connection is retried as in `find_or_enqueue` (within the default retry
-    ///   budget), a chunk whose round may have committed coming back `Existing`.
+    /// - A lost connection is retried as in `find_or_enqueue`, within the smallest
+    ///   [`retry_budget`](NewTask::retry_budget) the tasks set (or the handle's), a
+    ///   chunk whose round may have committed coming back `Existing`.
     ///
     /// # Errors
     /// [`DedupError::InvalidItem`] with the index of the first invalid task, before any
@@ -180,68 +178,90 @@ pub trait TaskDedup {
     where
         I: IntoIterator<Item = NewTask> + Send,
         I::IntoIter: Send;
+
+    /// This handle, with calls that retry on a fresh connection for `budget` after
+    /// their connection was lost (on a pool), instead of
+    /// [`DEFAULT_RETRY_BUDGET`](crate::DEFAULT_RETRY_BUDGET). `Duration::ZERO` turns
+    /// the retries off. A task's own [`NewTask::retry_budget`] still wins.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use task_dedup::{NewTask, TaskDedup, TaskKey, TaskWorker};
+    ///
+    /// # async fn f(db: sea_orm::DatabaseConnection) -> Result<(), task_dedup::DedupError> {
+    /// let impatient = db.with_retry_budget(Duration::from_millis(500));
+    /// impatient.find_or_enqueue(NewTask::new(TaskKey::new("u", "t", "r")?)).await?;
+    /// impatient.reap_expired(&Default::default()).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn with_retry_budget(&self, budget: Duration) -> WithRetryBudget<'_, Self>
+    where
+        Self: DedupConnection + Sized,
+    {
+        WithRetryBudget::new(self, budget)
+    }
 }
 
 #[async_trait]
 impl<C: DedupConnection> TaskDedup for C {
-    #[tracing::instrument(level = "debug", skip_all, fields(dialect = ?self.get_database_backend(), key = %task.key, task_id = tracing::field::Empty, outcome = tracing::field::Empty))]
+    #[tracing::instrument(level = "debug", skip_all, fields(key = %task.key, task_id = tracing::field::Empty, outcome = tracing::field::Empty))]
     async fn find_or_enqueue(&self, task: NewTask) -> Result<Enqueued, DedupError> {
         task.validate()?;
-        let dialect = Dialect::of(self)?;
-        let budget = task
-            .retry_budget
-            .unwrap_or_else(reconnect::default_retry_budget);
-        let (key, on_conflict, mut row) = task.into_row();
+        let mut exec = Executor::new(self.target())?;
+        let (key, on_conflict, budget, mut row) = task.into_row();
         let replace = on_conflict == OnConflict::ReplaceIfQueued;
         // Every retry keeps the id: an attempt lost with its connection may have
         // committed the row, and then the retry finds it instead of inserting another.
         let mut retrying = Retrying::new(self, budget, "find_or_enqueue");
-        loop {
+        let outcome = loop {
             let after_lost_attempt = retrying.after_lost_attempt();
             let attempt = async {
-                if after_lost_attempt && let Some(stored) = dialect.by_id(self, row.id).await? {
+                if after_lost_attempt && let Some(stored) = exec.by_id(row.id).await? {
                     tracing::info!(task_id = %stored.id, key = %key, "the lost attempt had created the task");
                     return Ok(Enqueued::Existing(stored));
                 }
-                enqueue(self, dialect, &key, replace, &mut row).await
+                enqueue(&mut exec, &key, replace, &mut row).await
             };
             // Boxed: this future is most of the call's state, and without the box every
             // move of the call's future (the span's wrapper is one) copies it.
             if let Some(outcome) = retrying.run(Box::pin(attempt)).await {
-                match &outcome {
-                    Ok(enqueued) => metrics::enqueued(enqueued.outcome_name(), 1),
-                    Err(DedupError::Contention { .. }) => metrics::contention(),
-                    Err(_) => {}
-                }
-                if let Ok(enqueued) = &outcome {
-                    let span = tracing::Span::current();
-                    span.record("task_id", tracing::field::display(enqueued.task().id));
-                    span.record("outcome", enqueued.outcome_name());
-                }
-                if let Ok(Enqueued::Created(task) | Enqueued::Replaced(task)) = &outcome
-                    && task.run_at <= task_run::now()
-                {
-                    wakeup::task_due(self).await?;
-                }
-                return outcome;
+                break outcome;
             }
+        };
+        // On a pool, a database that kept aborting the insert is contention on the key.
+        let outcome = outcome.map_err(|err| match err {
+            DedupError::TransactionAborted(_) if !exec.in_transaction() => DedupError::Contention {
+                key: key.clone(),
+                attempts: MAX_ENQUEUE_ATTEMPTS,
+            },
+            err => err,
+        });
+        match &outcome {
+            Ok(enqueued) => {
+                metrics::enqueued(enqueued.outcome_name(), 1);
+                let span = tracing::Span::current();
+                span.record("task_id", tracing::field::display(enqueued.task().id));
+                span.record("outcome", enqueued.outcome_name());
+            }
+            Err(DedupError::Contention { .. }) => metrics::contention(),
+            Err(_) => {}
         }
+        if let Ok(Enqueued::Created(task) | Enqueued::Replaced(task)) = &outcome
+            && task.run_at <= task_run::now()
+        {
+            notify::task_due(&mut exec).await?;
+        }
+        outcome
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(dialect = ?self.get_database_backend(), key = %key))]
+    #[tracing::instrument(level = "debug", skip_all, fields(key = %key))]
     async fn find_active(&self, key: &TaskKey) -> Result<Option<task_run::Model>, DedupError> {
-        let dialect = Dialect::of(self)?;
         let window_end = Scope::Active.window_end(task_run::now());
-        let mut retrying = Retrying::new(self, reconnect::default_retry_budget(), "find_active");
-        loop {
-            let attempt = async { Ok(dialect.find_occupant(self, key, window_end, false).await?) };
-            if let Some(outcome) = retrying.run(attempt).await {
-                return outcome;
-            }
-        }
+        occupant(self, key, window_end, None, "find_active").await
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(dialect = ?self.get_database_backend(), tasks))]
+    #[tracing::instrument(level = "debug", skip_all, fields(tasks))]
     async fn find_or_enqueue_many<I>(&self, tasks: I) -> Result<Vec<Enqueued>, DedupError>
     where
         I: IntoIterator<Item = NewTask> + Send,
@@ -249,7 +269,8 @@ impl<C: DedupConnection> TaskDedup for C {
     {
         let tasks: Vec<NewTask> = tasks.into_iter().collect();
         tracing::Span::current().record("tasks", tasks.len());
-        let outcomes = crate::bulk::find_or_enqueue_many(self, tasks).await?;
+        let budget = tasks.iter().filter_map(|task| task.retry_budget).min();
+        let outcomes = crate::bulk::find_or_enqueue_many(self, budget, tasks).await?;
         let created = outcomes.iter().filter(|o| o.is_created()).count() as u64;
         let replaced = outcomes.iter().filter(|o| o.is_replaced()).count() as u64;
         metrics::enqueued("created", created);
@@ -260,81 +281,79 @@ impl<C: DedupConnection> TaskDedup for C {
             .iter()
             .any(|o| !matches!(o, Enqueued::Existing(_)) && o.task().run_at <= now)
         {
-            wakeup::task_due(self).await?;
+            notify::task_due(&mut Executor::new(self.target())?).await?;
         }
         Ok(outcomes)
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(dialect = ?self.get_database_backend(), key = %task.key))]
+    #[tracing::instrument(level = "debug", skip_all, fields(key = %task.key))]
     async fn find_occupant(&self, task: &NewTask) -> Result<Option<task_run::Model>, DedupError> {
         task.validate()?;
-        let dialect = Dialect::of(self)?;
         let window_end = task.scope.window_end(task_run::now());
-        let budget = task
-            .retry_budget
-            .unwrap_or_else(reconnect::default_retry_budget);
-        let mut retrying = Retrying::new(self, budget, "find_occupant");
-        loop {
-            let attempt = async {
-                Ok(dialect
-                    .find_occupant(self, &task.key, window_end, false)
-                    .await?)
-            };
-            if let Some(outcome) = retrying.run(attempt).await {
-                return outcome;
-            }
+        occupant(
+            self,
+            &task.key,
+            window_end,
+            task.retry_budget,
+            "find_occupant",
+        )
+        .await
+    }
+}
+
+/// The task holding `key` in window `window_end`, read with the retries of `operation`.
+async fn occupant<C: DedupConnection>(
+    db: &C,
+    key: &TaskKey,
+    window_end: i64,
+    budget: Option<Duration>,
+    operation: &'static str,
+) -> Result<Option<task_run::Model>, DedupError> {
+    let mut exec = Executor::new(db.target())?;
+    let mut retrying = Retrying::new(db, budget, operation);
+    loop {
+        let attempt = async { Ok(exec.find_occupant(key.parts(), window_end, false).await?) };
+        if let Some(outcome) = retrying.run(attempt).await {
+            return outcome;
         }
     }
 }
 
-/// Insert first, read on conflict: the body of `find_or_enqueue`, on one connection's
-/// worth of luck. Retries (with a fresh id) when the task holding the key let go of it
-/// before it could be read, and on a pool when a deadlock aborted the insert.
-async fn enqueue<C: DedupConnection>(
-    db: &C,
-    dialect: Dialect,
+/// Insert first, read on conflict: the body of `find_or_enqueue`, one attempt. Inserts
+/// again (with a fresh id) when the task holding the key let go of it before it could be
+/// read.
+async fn enqueue(
+    exec: &mut Executor<'_>,
     key: &TaskKey,
     replace: bool,
     row: &mut task_run::Model,
 ) -> Result<Enqueued, DedupError> {
     for attempt in 1..=MAX_ENQUEUE_ATTEMPTS {
-        let found = match dialect.insert(db, row, replace).await {
-            Ok(Inserted::Created) => {
+        match exec.insert(row, replace).await? {
+            Inserted::Created => {
                 tracing::debug!(task_id = %row.id, key = %key, attempt, "task created");
                 return Ok(Enqueued::Created(row.clone()));
             }
-            Ok(Inserted::Replaced(task)) => {
+            Inserted::Replaced(task) => {
                 tracing::debug!(task_id = %task.id, key = %key, attempt, "queued task replaced");
                 return Ok(Enqueued::Replaced(*task));
             }
-            Ok(Inserted::Held) => {
-                dialect
-                    .find_occupant(db, key, row.dedup_window_end, true)
-                    .await
-            }
-            Err(err) => Err(err),
-        };
-        match found {
-            Ok(Some(existing)) => {
+            Inserted::Held => {}
+        }
+        match exec
+            .find_occupant(key.parts(), row.dedup_window_end, true)
+            .await?
+        {
+            Some(existing) => {
                 tracing::debug!(task_id = %existing.id, key = %key, attempt, "existing task returned");
                 return Ok(Enqueued::Existing(existing));
             }
-            Ok(None) => {
+            None => {
                 tracing::debug!(key = %key, attempt, "the task holding the key let go before it was read; retrying");
                 // A fresh id, in case what conflicted was the id itself (SQLite's
                 // untargeted ON CONFLICT covers the primary key too).
                 row.id = Uuid::now_v7();
             }
-            // The insert or the locking read after it (InnoDB) was the victim.
-            Err(err) if is_transaction_conflict(&err) => {
-                if db.in_transaction() {
-                    tracing::warn!(key = %key, error = %err, "transaction aborted by the database");
-                    return Err(DedupError::TransactionAborted(err));
-                }
-                tracing::debug!(key = %key, attempt, error = %err, "aborted by a deadlock; retrying");
-                tokio::time::sleep(backoff(attempt)).await;
-            }
-            Err(err) => return Err(err.into()),
         }
     }
     tracing::warn!(key = %key, attempts = MAX_ENQUEUE_ATTEMPTS, "gave up: contention");
@@ -342,11 +361,4 @@ async fn enqueue<C: DedupConnection>(
         key: key.clone(),
         attempts: MAX_ENQUEUE_ATTEMPTS,
     })
-}
-
-/// A random pause of up to 2^attempt ms (capped at 64 ms), so that callers a deadlock
-/// aborted together do not collide again.
-pub(crate) fn backoff(attempt: u32) -> Duration {
-    let ceiling_micros = (1u64 << attempt.min(6)) * 1_000;
-    Duration::from_micros(rand::random_range(0..ceiling_micros))
 }

@@ -1,5 +1,5 @@
-//! [`DedupError`], the one error type of the crate, and the classification of driver
-//! errors that the rest of the crate relies on.
+//! [`DedupError`], the one error type of the crate. What a driver's error means is the
+//! dialects' business ([`Kind`]); this module only names the outcomes.
 
 use std::fmt;
 
@@ -7,7 +7,9 @@ use sea_orm::DbErr;
 use uuid::Uuid;
 
 use crate::TaskStatus;
-use crate::key::TaskKey;
+use crate::dialect::{Failure, Kind};
+use crate::key::{InvalidKey, KeyField, TaskKey};
+use crate::validate::{InvalidArgument, InvalidReason};
 
 /// Everything that can go wrong in task-dedup.
 #[derive(Debug, thiserror::Error)]
@@ -121,15 +123,68 @@ impl From<DbErr> for DedupError {
     /// [`TransactionAborted`](DedupError::TransactionAborted), or else
     /// [`Database`](DedupError::Database).
     fn from(err: DbErr) -> DedupError {
-        if crate::dialect::is_connection_lost(&err) {
-            DedupError::ConnectionLost(err)
-        } else if crate::dialect::is_transaction_conflict(&err) {
-            DedupError::TransactionAborted(err)
-        } else if crate::dialect::is_timeout(&err) {
-            DedupError::Timeout(err)
-        } else {
-            DedupError::Database(err)
+        Failure::from(err).into()
+    }
+}
+
+impl From<Failure> for DedupError {
+    /// The error as classified where it arose.
+    fn from(Failure { kind, err }: Failure) -> DedupError {
+        match kind {
+            Kind::ConnectionLost => DedupError::ConnectionLost(err),
+            Kind::TransactionConflict => DedupError::TransactionAborted(err),
+            Kind::Timeout => DedupError::Timeout(err),
+            Kind::HeldKey | Kind::Other => DedupError::Database(err),
         }
+    }
+}
+
+impl From<DedupError> for DbErr {
+    /// For code whose error type is SeaORM's: a database failure is SeaORM's own error,
+    /// unchanged (its variant, its driver error, [`DbErr::sql_err`] all as they were);
+    /// a task that does not exist is [`DbErr::RecordNotFound`]; anything else task-dedup
+    /// decided (an invalid key or argument, a refused transition, contention) is
+    /// [`DbErr::Custom`] with the same message.
+    ///
+    /// ```no_run
+    /// use sea_orm::{DatabaseConnection, DbErr};
+    /// use task_dedup::{NewTask, TaskDedup, TaskKey};
+    ///
+    /// /// A service function in a SeaORM application: `?` takes task-dedup's errors.
+    /// async fn reindex(db: &DatabaseConnection, post_id: i32) -> Result<bool, DbErr> {
+    ///     let key = TaskKey::new("blog", "reindex", format!("post/{post_id}"))?;
+    ///     let outcome = db.find_or_enqueue(NewTask::new(key)).await?;
+    ///     Ok(outcome.is_created())
+    /// }
+    /// ```
+    fn from(err: DedupError) -> DbErr {
+        match err {
+            DedupError::Database(err)
+            | DedupError::ConnectionLost(err)
+            | DedupError::Timeout(err)
+            | DedupError::TransactionAborted(err) => err,
+            err @ DedupError::NotFound { .. } => DbErr::RecordNotFound(err.to_string()),
+            err => DbErr::Custom(err.to_string()),
+        }
+    }
+}
+
+impl From<InvalidKey> for DbErr {
+    /// [`DbErr::Custom`] with the message, as through [`DedupError`].
+    fn from(err: InvalidKey) -> DbErr {
+        DedupError::from(err).into()
+    }
+}
+
+impl From<InvalidKey> for DedupError {
+    fn from(InvalidKey { field, reason }: InvalidKey) -> DedupError {
+        DedupError::InvalidKey { field, reason }
+    }
+}
+
+impl From<InvalidArgument> for DedupError {
+    fn from(InvalidArgument { name, reason }: InvalidArgument) -> DedupError {
+        DedupError::InvalidArgument { name, reason }
     }
 }
 
@@ -154,70 +209,16 @@ impl DedupError {
     pub fn is_connection_lost(&self) -> bool {
         matches!(self, DedupError::ConnectionLost(_))
     }
-}
 
-/// A part of a [`TaskKey`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum KeyField {
-    /// `user_id`.
-    UserId,
-    /// `task_type`.
-    TaskType,
-    /// `resource_key`.
-    ResourceKey,
-}
-
-impl KeyField {
-    /// The column name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            KeyField::UserId => "user_id",
-            KeyField::TaskType => "task_type",
-            KeyField::ResourceKey => "resource_key",
-        }
-    }
-}
-
-impl fmt::Display for KeyField {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Why an input was rejected.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum InvalidReason {
-    /// The string is empty.
-    Empty,
-    /// The string has more characters than its column holds.
-    TooLong {
-        /// The limit, in characters.
-        max_chars: usize,
-        /// The string's length, in characters.
-        chars: usize,
-    },
-    /// The string contains a NUL byte, which PostgreSQL cannot store in text.
-    ContainsNul,
-    /// A number or duration outside what the operation accepts.
-    OutOfRange(&'static str),
-}
-
-impl fmt::Display for InvalidReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            InvalidReason::Empty => f.write_str("must not be empty"),
-            InvalidReason::TooLong { max_chars, chars } => {
-                write!(f, "{chars} characters, at most {max_chars} allowed")
-            }
-            InvalidReason::ContainsNul => f.write_str("must not contain NUL bytes"),
-            InvalidReason::OutOfRange(expected) => write!(f, "out of range: {expected}"),
-        }
+    /// Whether the database gave up waiting ([`DedupError::Timeout`]).
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, DedupError::Timeout(_))
     }
 }
 
 /// A lifecycle transition, as named in [`DedupError::InvalidTransition`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Transition {
     /// `heartbeat`: extend a running task's lease.
     Heartbeat,
@@ -241,4 +242,42 @@ impl fmt::Display for Transition {
             Transition::Release => "release",
         })
     }
+}
+
+/// Whether the database aborted a statement to resolve a deadlock or a serialization
+/// conflict: PostgreSQL SQLSTATE 40001 (serialization failure) or 40P01 (deadlock),
+/// MySQL/MariaDB error 1213 (deadlock; SQLSTATE 40001). SQLite has neither: one writer
+/// at a time.
+///
+/// Inside a transaction the whole transaction is gone (InnoDB rolls it back, PostgreSQL
+/// refuses every further statement): roll it back and run it again from the start. Use
+/// this on your own statements that share a transaction with `find_or_enqueue`; for
+/// task-dedup's own errors see [`DedupError::is_retryable`].
+pub fn is_transaction_conflict(err: &DbErr) -> bool {
+    Kind::of(err) == Kind::TransactionConflict
+}
+
+/// Whether `err` means the connection was lost or could not be had, so that the same
+/// statement may succeed on a fresh connection: an I/O error (reset, broken pipe, end of
+/// stream, connection refused while a server restarts), a TLS failure mid-session, a
+/// crashed SQLite worker, or a server saying so (PostgreSQL SQLSTATE class 08, 57P01
+/// admin shutdown, 57P02 crash shutdown, 57P03 cannot connect now; MySQL/MariaDB 2006
+/// server gone, 2013 lost connection, 1927 connection killed, 1053 server shutdown, 4031
+/// disconnected for inactivity). Pool timeouts and a closed pool are not: waiting again
+/// would not help.
+///
+/// Use it on your own statements; task-dedup's own errors say it with
+/// [`DedupError::ConnectionLost`].
+pub fn is_connection_lost(err: &DbErr) -> bool {
+    Kind::of(err) == Kind::ConnectionLost
+}
+
+/// Whether the database gave up waiting: PostgreSQL 57014 (statement timeout, or a
+/// cancel) and 55P03 (lock timeout), MySQL/MariaDB 1205 (lock wait timeout), 1969 and
+/// 3024 (statement time limits), SQLite's busy timeout (SQLITE_BUSY).
+///
+/// Use it on your own statements; task-dedup's own errors say it with
+/// [`DedupError::Timeout`].
+pub fn is_timeout(err: &DbErr) -> bool {
+    Kind::of(err) == Kind::Timeout
 }

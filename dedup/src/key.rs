@@ -2,9 +2,8 @@
 
 use std::fmt;
 
-use crate::error::{DedupError, KeyField};
 use crate::task_run::{RESOURCE_KEY_MAX_CHARS, TASK_TYPE_MAX_CHARS, USER_ID_MAX_CHARS};
-use crate::validate;
+use crate::validate::{self, InvalidReason};
 
 /// The dedup key: at most one task per key is active at a time.
 ///
@@ -20,10 +19,10 @@ impl TaskKey {
     /// Validates and builds a key.
     ///
     /// # Errors
-    /// [`DedupError::InvalidKey`] naming the field when a part is empty, longer than its
-    /// column (`user_id` and `task_type` 64 characters, `resource_key` 255; within the
-    /// MySQL index limit of 3072 bytes even at 4 bytes a character), or contains a NUL
-    /// byte.
+    /// [`InvalidKey`] naming the field when a part is empty, longer than its column
+    /// (`user_id` and `task_type` 64 characters, `resource_key` 255; within the MySQL
+    /// index limit of 3072 bytes even at 4 bytes a character), or contains a NUL byte.
+    /// `?` turns it into [`DedupError::InvalidKey`](crate::DedupError::InvalidKey).
     ///
     /// ```
     /// use task_dedup::{DedupError, KeyField, TaskKey};
@@ -32,14 +31,14 @@ impl TaskKey {
     /// assert_eq!(key.resource_key(), "document/42");
     ///
     /// let err = TaskKey::new("user-1", "", "document/42").unwrap_err();
-    /// assert!(matches!(err, DedupError::InvalidKey { field: KeyField::TaskType, .. }));
+    /// assert_eq!(err.field, KeyField::TaskType);
     /// # Ok::<(), DedupError>(())
     /// ```
     pub fn new(
         user_id: impl Into<String>,
         task_type: impl Into<String>,
         resource_key: impl Into<String>,
-    ) -> Result<TaskKey, DedupError> {
+    ) -> Result<TaskKey, InvalidKey> {
         let key = TaskKey {
             user_id: user_id.into(),
             task_type: task_type.into(),
@@ -54,8 +53,7 @@ impl TaskKey {
                 RESOURCE_KEY_MAX_CHARS,
             ),
         ] {
-            validate::text(value, max_chars)
-                .map_err(|reason| DedupError::InvalidKey { field, reason })?;
+            validate::text(value, max_chars).map_err(|reason| InvalidKey { field, reason })?;
         }
         Ok(key)
     }
@@ -73,6 +71,11 @@ impl TaskKey {
     /// What the work is about.
     pub fn resource_key(&self) -> &str {
         &self.resource_key
+    }
+
+    /// The three parts, borrowed, in column order.
+    pub(crate) fn parts(&self) -> [&str; 3] {
+        [&self.user_id, &self.task_type, &self.resource_key]
     }
 
     /// The three parts, moved out.
@@ -103,4 +106,45 @@ impl fmt::Display for TaskKey {
             self.user_id, self.task_type, self.resource_key
         )
     }
+}
+
+/// A part of a [`TaskKey`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KeyField {
+    /// `user_id`.
+    UserId,
+    /// `task_type`.
+    TaskType,
+    /// `resource_key`.
+    ResourceKey,
+}
+
+impl KeyField {
+    /// The column name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyField::UserId => "user_id",
+            KeyField::TaskType => "task_type",
+            KeyField::ResourceKey => "resource_key",
+        }
+    }
+}
+
+impl fmt::Display for KeyField {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A part of a key is empty, too long or contains a NUL byte: what [`TaskKey::new`]
+/// rejects, before any SQL runs. Converts into
+/// [`DedupError::InvalidKey`](crate::DedupError::InvalidKey).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {field}: {reason}")]
+#[non_exhaustive]
+pub struct InvalidKey {
+    /// The offending part of the key.
+    pub field: KeyField,
+    /// What is wrong with it.
+    pub reason: InvalidReason,
 }

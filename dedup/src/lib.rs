@@ -19,35 +19,52 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! # }).unwrap();
 //! ```
+//!
+//! # Features
+//!
+//! | feature | default | what |
+//! |---|---|---|
+//! | `sqlite` | yes | SQLite, through sea-orm's `sqlx-sqlite` |
+//! | `postgres` | yes | PostgreSQL, through sea-orm's `sqlx-postgres` |
+//! | `mysql` | yes | MySQL/MariaDB, through sea-orm's `sqlx-mysql` |
+//! | `worker` | yes | the [`Worker`] runtime (tokio's task spawning, tokio-util) |
+//! | `metrics` | no | counters and histograms through the `metrics` facade |
+//!
+//! No feature picks a runtime or a TLS backend: the application's own sea-orm
+//! dependency does. A database whose feature is off is a
+//! [`DbErr::BackendNotSupported`](sea_orm::DbErr::BackendNotSupported) naming the
+//! feature, at run time.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod backoff;
 mod bulk;
 mod connect;
 mod connection;
 mod dialect;
 mod enqueue;
 mod error;
+mod executor;
 mod key;
+mod lifecycle;
 mod metrics;
-mod reconnect;
+mod notify;
 mod retry;
-#[cfg(feature = "worker")]
-mod runtime;
 mod task;
 mod validate;
-mod wakeup;
+#[cfg(feature = "worker")]
 mod worker;
 
+pub use backoff::{Retry, RetryPolicy};
 pub use connect::{DEFAULT_MAX_CONNECTIONS, SQLITE_BUSY_TIMEOUT, connect, connect_with};
-pub use connection::DedupConnection;
-pub use dialect::{is_connection_lost, is_transaction_conflict};
-pub use enqueue::{Enqueued, MAX_ENQUEUE_ATTEMPTS, TaskDedup};
-pub use error::{DedupError, InvalidReason, KeyField, Transition};
-pub use key::TaskKey;
-pub use reconnect::{DEFAULT_RETRY_BUDGET, default_retry_budget, set_default_retry_budget};
-pub use retry::{Retry, RetryPolicy};
-#[cfg(feature = "worker")]
-pub use runtime::{Handler, HandlerError, Wakeups, Worker, WorkerBuilder, WorkerReport};
+pub use connection::{DEFAULT_RETRY_BUDGET, DedupConnection, WithRetryBudget};
+pub use enqueue::{Enqueued, TaskDedup};
+pub use error::{DedupError, Transition, is_connection_lost, is_timeout, is_transaction_conflict};
+pub use key::{InvalidKey, KeyField, TaskKey};
+pub use lifecycle::{ReapReport, TaskWorker};
+pub use retry::MAX_ENQUEUE_ATTEMPTS;
 pub use task::{NewTask, OnConflict, Scope};
-pub use task_dedup_entity::{OCCUPIES_KEY_SQL, TaskScope, TaskStatus, active_status_sql, task_run};
-pub use validate::{MAX_CLAIM, MAX_LEASE};
-pub use worker::{ReapReport, TaskWorker};
+pub use task_dedup_entity::{TaskStatus, task_run};
+pub use validate::{InvalidReason, MAX_CLAIM, MAX_LEASE};
+#[cfg(feature = "worker")]
+#[cfg_attr(docsrs, doc(cfg(feature = "worker")))]
+pub use worker::{Handler, HandlerError, Wakeups, Worker, WorkerBuilder, WorkerReport};

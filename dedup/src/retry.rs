@@ -1,106 +1,163 @@
-//! Retries: what [`fail`](crate::TaskWorker::fail) does with a failed attempt, and the
-//! exponential backoff with jitter that decides it.
+//! The one retry driver: every operation runs its attempts through [`Retrying`], which
+//! runs one again when the database aborted it to break a deadlock (outside the caller's
+//! transaction) or its connection was lost (on a pool, within a time budget), and tells
+//! the operation when an earlier attempt may have committed unseen (an ambiguous
+//! commit), so that it looks for what that attempt wrote before writing again.
 
 use std::time::Duration;
 
-use crate::error::{DedupError, InvalidReason};
+use sea_orm::{DbErr, RuntimeErr};
+use tokio::time::Instant;
 
-/// What to do with a task whose attempt failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Retry {
-    /// Fail for good: the task becomes `failed` and releases its key.
-    Never,
-    /// Run it again after this delay: the task goes back to `queued` with `run_at` this
-    /// far in the future (by the database's clock), keeping its key the whole time.
-    After(Duration),
+use crate::connection::{DedupConnection, Target};
+use crate::error::DedupError;
+use crate::executor::Pool;
+
+/// How many attempts an operation gets before it gives up on the database aborting it
+/// to break deadlocks ([`DedupError::Contention`] for an enqueue, else
+/// [`DedupError::TransactionAborted`]); also how many inserts `find_or_enqueue` tries
+/// when the task holding the key keeps letting go of it before it can be read.
+pub const MAX_ENQUEUE_ATTEMPTS: u32 = 16;
+
+/// The attempts of one call: run each through [`Retrying::run`] until it gives an
+/// outcome.
+///
+/// - A deadlock or serialization failure ([`DedupError::TransactionAborted`]) outside
+///   the caller's transaction: run again after a random pause of up to 2^n ms (64 ms at
+///   most), [`MAX_ENQUEUE_ATTEMPTS`] attempts in all. Inside the caller's transaction
+///   the whole transaction is gone: only the caller can run it again.
+/// - A lost connection on a pool: run again until `budget` has passed since the first
+///   loss. Before each retry the pool's idle connections are checked and the dead ones
+///   closed, so that neither this call nor the next ones are handed a string of
+///   connections the server already dropped; then a pause with jitter, growing from
+///   10 ms to 500 ms. A retry is cut off where the budget ends (while a server is down,
+///   the pool keeps trying to connect for its whole acquire timeout). In a transaction
+///   nothing is retried: the transaction went with its connection.
+pub(crate) struct Retrying<'c> {
+    pool: Option<Pool<'c>>,
+    in_transaction: bool,
+    budget: Duration,
+    operation: &'static str,
+    deadline: Option<Instant>,
+    lost: u32,
+    aborted: u32,
 }
 
-/// Exponential backoff with jitter and an attempt limit: what a worker runtime or the
-/// reaper uses to decide [`Retry`].
-///
-/// The delay before attempt `n + 1` is `base_delay * 2^(n - 1)`, capped at `max_delay`,
-/// then spread by ±`jitter` (a fraction) so that tasks that failed together do not run
-/// again together. After `max_attempts` attempts the task fails for good.
-///
-/// ```
-/// use std::time::Duration;
-/// use task_dedup::{Retry, RetryPolicy};
-///
-/// let policy = RetryPolicy { jitter: 0.0, ..RetryPolicy::default() };
-/// assert_eq!(policy.after_attempt(1), Retry::After(Duration::from_secs(1)));
-/// assert_eq!(policy.after_attempt(3), Retry::After(Duration::from_secs(4)));
-/// assert_eq!(policy.after_attempt(policy.max_attempts), Retry::Never);
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct RetryPolicy {
-    /// Attempts in all, the first included; at least 1 (1 = never retry).
-    pub max_attempts: i32,
-    /// The delay after the first failed attempt.
-    pub base_delay: Duration,
-    /// The longest delay.
-    pub max_delay: Duration,
-    /// How far a delay may stray either way, as a fraction of it (0.0 to 1.0).
-    pub jitter: f64,
-}
-
-impl Default for RetryPolicy {
-    /// 20 attempts, 1 s doubling up to 1 h, ±20 % jitter: about 10 hours from the first
-    /// attempt to the last.
-    fn default() -> RetryPolicy {
-        RetryPolicy {
-            max_attempts: 20,
-            base_delay: Duration::from_secs(1),
-            max_delay: Duration::from_secs(3_600),
-            jitter: 0.2,
-        }
-    }
-}
-
-impl RetryPolicy {
-    /// Checks the fields: `max_attempts >= 1`, `base_delay <= max_delay`,
-    /// `0.0 <= jitter <= 1.0`.
-    ///
-    /// # Errors
-    /// [`DedupError::InvalidArgument`] naming the field.
-    pub fn validate(&self) -> Result<(), DedupError> {
-        let invalid = |name, expected| DedupError::InvalidArgument {
-            name,
-            reason: InvalidReason::OutOfRange(expected),
+impl<'c> Retrying<'c> {
+    /// The attempts of `operation` on `db`, with `budget` after a lost connection (the
+    /// handle's own when `None`).
+    pub(crate) fn new<C: DedupConnection + ?Sized>(
+        db: &'c C,
+        budget: Option<Duration>,
+        operation: &'static str,
+    ) -> Retrying<'c> {
+        let budget = budget.unwrap_or_else(|| db.retry_budget());
+        let (pool, in_transaction) = match db.target() {
+            Target::Pool(db) => (Pool::of(db).filter(|_| !budget.is_zero()), false),
+            Target::Transaction(_) => (None, true),
         };
-        if self.max_attempts < 1 {
-            return Err(invalid("max_attempts", "at least 1"));
+        Retrying {
+            pool,
+            in_transaction,
+            budget,
+            operation,
+            deadline: None,
+            lost: 0,
+            aborted: 0,
         }
-        if self.base_delay > self.max_delay {
-            return Err(invalid("base_delay", "at most max_delay"));
-        }
-        if !(0.0..=1.0).contains(&self.jitter) {
-            return Err(invalid("jitter", "between 0.0 and 1.0"));
-        }
-        Ok(())
     }
 
-    /// What to do after attempt number `attempts` (a task's `attempts` once claimed)
-    /// failed.
-    pub fn after_attempt(&self, attempts: i32) -> Retry {
-        if attempts >= self.max_attempts {
-            return Retry::Never;
-        }
-        let doublings = u32::try_from(attempts.saturating_sub(1).clamp(0, 62)).unwrap_or(0);
-        let delay = self
-            .base_delay
-            .saturating_mul(1u32 << doublings.min(31))
-            .min(self.max_delay);
-        Retry::After(self.spread(delay))
+    /// Whether an attempt of this call was lost with its connection: it may have
+    /// committed.
+    pub(crate) fn after_lost_attempt(&self) -> bool {
+        self.lost > 0
     }
 
-    /// `delay` moved by a random amount within ±`jitter` of it.
-    fn spread(&self, delay: Duration) -> Duration {
-        if self.jitter <= 0.0 {
-            return delay;
+    /// Runs one attempt. `Some(outcome)` is the call's outcome; `None`: run another.
+    pub(crate) async fn run<T>(
+        &mut self,
+        attempt: impl Future<Output = Result<T, DedupError>>,
+    ) -> Option<Result<T, DedupError>> {
+        let outcome = match self.deadline {
+            None => attempt.await,
+            Some(deadline) => match tokio::time::timeout_at(deadline, attempt).await {
+                Ok(outcome) => outcome,
+                Err(_) => return Some(Err(self.give_up(None))),
+            },
+        };
+        match outcome {
+            Err(DedupError::ConnectionLost(err)) if self.pool.is_some() => {
+                self.after_loss(err).await
+            }
+            Err(err @ DedupError::TransactionAborted(_)) if !self.in_transaction => {
+                self.after_abort(err).await
+            }
+            outcome => {
+                if outcome.is_ok() && self.lost > 0 {
+                    let (operation, retries) = (self.operation, self.lost);
+                    tracing::info!(operation, retries, "succeeded after a lost connection");
+                }
+                Some(outcome)
+            }
         }
-        let factor = 1.0 + self.jitter * (2.0 * rand::random::<f64>() - 1.0);
-        delay.mul_f64(factor.max(0.0))
     }
+
+    async fn after_abort<T>(&mut self, err: DedupError) -> Option<Result<T, DedupError>> {
+        self.aborted += 1;
+        let (operation, attempt) = (self.operation, self.aborted);
+        if attempt >= MAX_ENQUEUE_ATTEMPTS {
+            tracing::warn!(
+                operation,
+                attempts = attempt,
+                "gave up: the database kept aborting it"
+            );
+            return Some(Err(err));
+        }
+        tracing::debug!(operation, attempt, error = %err, "aborted by a deadlock; running it again");
+        tokio::time::sleep(deadlock_pause(attempt)).await;
+        None
+    }
+
+    async fn after_loss<T>(&mut self, err: DbErr) -> Option<Result<T, DedupError>> {
+        self.lost += 1;
+        crate::metrics::connection_retry(self.operation);
+        let budget = self.budget;
+        let deadline = *self.deadline.get_or_insert_with(|| Instant::now() + budget);
+        let (operation, lost) = (self.operation, self.lost);
+        tracing::warn!(operation, lost, error = %err, "connection lost; retrying on a fresh connection");
+        let pool = self.pool?;
+        let recover = async {
+            pool.close_dead_connections().await;
+            tokio::time::sleep(reconnect_pause(lost)).await;
+        };
+        match tokio::time::timeout_at(deadline, recover).await {
+            Ok(()) => None,
+            Err(_) => Some(Err(self.give_up(Some(err)))),
+        }
+    }
+
+    fn give_up(&self, last: Option<DbErr>) -> DedupError {
+        let (operation, budget) = (self.operation, self.budget);
+        tracing::warn!(operation, ?budget, "gave up: connection lost");
+        DedupError::ConnectionLost(last.unwrap_or_else(|| {
+            DbErr::Conn(RuntimeErr::Internal(format!(
+                "no answer within the retry budget ({budget:?}) after a lost connection"
+            )))
+        }))
+    }
+}
+
+/// A random pause after deadlock number `attempt`, up to 2^attempt ms (at most 64 ms),
+/// so that callers a deadlock aborted together do not collide again.
+fn deadlock_pause(attempt: u32) -> Duration {
+    let ceiling_micros = (1u64 << attempt.min(6)) * 1_000;
+    Duration::from_micros(rand::random_range(0..ceiling_micros))
+}
+
+/// A random pause before retry number `lost`: up to 10 ms, doubling to 500 ms.
+fn reconnect_pause(lost: u32) -> Duration {
+    let ceiling_ms = (10u64 << lost.saturating_sub(1).min(6)).min(500);
+    Duration::from_micros(rand::random_range(ceiling_ms * 500..=ceiling_ms * 1_000))
 }
 
 #[cfg(test)]
@@ -108,58 +165,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn delays_double_up_to_the_cap_and_stop_at_the_limit() {
-        let policy = RetryPolicy {
-            max_attempts: 40,
-            base_delay: Duration::from_millis(100),
-            max_delay: Duration::from_secs(1),
-            jitter: 0.0,
-        };
-        let delays: Vec<_> = (1..=6).map(|n| policy.after_attempt(n)).collect();
-        let ms = |n| Retry::After(Duration::from_millis(n));
-        assert_eq!(
-            delays,
-            [ms(100), ms(200), ms(400), ms(800), ms(1_000), ms(1_000)]
-        );
-        assert_eq!(policy.after_attempt(39), ms(1_000), "no overflow far out");
-        assert_eq!(policy.after_attempt(40), Retry::Never);
-        assert_eq!(policy.after_attempt(41), Retry::Never);
-    }
-
-    #[test]
-    fn jitter_stays_within_its_bounds() {
-        let policy = RetryPolicy {
-            jitter: 0.5,
-            ..RetryPolicy::default()
-        };
-        for _ in 0..1_000 {
-            let Retry::After(delay) = policy.after_attempt(2) else {
-                panic!("retried");
-            };
-            assert!(
-                delay >= Duration::from_secs(1) && delay <= Duration::from_secs(3),
-                "{delay:?}"
-            );
+    fn pauses_grow_and_stay_bounded() {
+        for lost in 1..40 {
+            let pause = reconnect_pause(lost);
+            assert!(pause <= Duration::from_millis(500), "{lost}: {pause:?}");
+            assert!(pause >= Duration::from_millis(5), "{lost}: {pause:?}");
         }
-    }
-
-    #[test]
-    fn invalid_policies_are_rejected() {
-        let ok = RetryPolicy::default();
-        assert!(ok.validate().is_ok());
-        for bad in [
-            RetryPolicy {
-                max_attempts: 0,
-                ..ok
-            },
-            RetryPolicy { jitter: 1.5, ..ok },
-            RetryPolicy { jitter: -0.1, ..ok },
-            RetryPolicy {
-                base_delay: Duration::from_secs(7_200),
-                ..ok
-            },
-        ] {
-            assert!(bad.validate().is_err(), "{bad:?}");
+        assert!(reconnect_pause(1) <= Duration::from_millis(10));
+        for attempt in 1..40 {
+            assert!(deadlock_pause(attempt) < Duration::from_millis(64));
         }
     }
 }

@@ -6,15 +6,15 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::error::{DedupError, InvalidReason};
 use crate::key::TaskKey;
 use crate::task_run::{self, TaskScope, TaskStatus};
-use crate::validate;
+use crate::validate::{self, InvalidArgument};
 
 /// Which of a task's states hold its key. Stored on the task when it is created and
 /// enforced by the database's unique index; tasks of one key may use different scopes,
 /// and each holds the key by its own.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Scope {
     /// The key is held while the task is `queued` or `running`: one task in flight per
     /// key. The default.
@@ -56,17 +56,17 @@ impl Scope {
         }
     }
 
-    fn validate(self) -> Result<(), DedupError> {
+    fn validate(self) -> Result<(), InvalidArgument> {
         match self {
             Scope::Period(period)
                 if period.as_secs() == 0
                     || period.subsec_nanos() != 0
                     || i64::try_from(period.as_secs()).is_err() =>
             {
-                Err(DedupError::InvalidArgument {
-                    name: "scope",
-                    reason: InvalidReason::OutOfRange("a period of whole seconds, at least one"),
-                })
+                Err(InvalidArgument::out_of_range(
+                    "scope",
+                    "a period of whole seconds, at least one",
+                ))
             }
             _ => Ok(()),
         }
@@ -75,6 +75,7 @@ impl Scope {
 
 /// What `find_or_enqueue` does when the key is already held.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum OnConflict {
     /// Return the task that holds the key, as stored; write nothing. The default.
     #[default]
@@ -160,9 +161,10 @@ impl NewTask {
     }
 
     /// How long `find_or_enqueue` keeps retrying on a fresh connection after its
-    /// connection was lost (on a pool). Default:
-    /// [`default_retry_budget`](crate::default_retry_budget), 5 s unless changed.
-    /// `Duration::ZERO`: no retries.
+    /// connection was lost (on a pool). Default: the handle's
+    /// ([`TaskDedup::with_retry_budget`](crate::TaskDedup::with_retry_budget)), else
+    /// [`DEFAULT_RETRY_BUDGET`](crate::DEFAULT_RETRY_BUDGET), 5 s. `Duration::ZERO`: no
+    /// retries. In a batch, the smallest its tasks set.
     pub fn retry_budget(mut self, budget: Duration) -> NewTask {
         self.retry_budget = Some(budget);
         self
@@ -179,16 +181,16 @@ impl NewTask {
     }
 
     /// Checks what [`TaskKey::new`] could not: the payload and the scope.
-    pub(crate) fn validate(&self) -> Result<(), DedupError> {
+    pub(crate) fn validate(&self) -> Result<(), InvalidArgument> {
         validate::json("payload", self.payload.as_ref())?;
         self.scope.validate()
     }
 
-    /// The row this task is inserted as, created now, with its key.
-    pub(crate) fn into_row(self) -> (TaskKey, OnConflict, task_run::Model) {
-        let key = self.key.clone();
+    /// The row this task is inserted as, created now, with its key and retry budget.
+    pub(crate) fn into_row(self) -> (TaskKey, OnConflict, Option<Duration>, task_run::Model) {
+        let (key, budget) = (self.key.clone(), self.retry_budget);
         let (on_conflict, row) = self.into_row_at(task_run::now());
-        (key, on_conflict, row)
+        (key, on_conflict, budget, row)
     }
 
     /// The row this task is inserted as, created at `now` (microseconds). The key's

@@ -1,10 +1,63 @@
 //! Input validation: every argument is checked here, against the column limits of the
-//! entity, before any SQL runs.
+//! entity, before any SQL runs. A leaf: it names what is wrong ([`InvalidReason`],
+//! [`InvalidArgument`]) and the error type turns that into a `DedupError`.
 
+use std::fmt;
 use std::time::Duration;
 
-use crate::error::{DedupError, InvalidReason};
 use crate::task_run::{ERROR_MAX_CHARS, LEASE_OWNER_MAX_CHARS, TASK_TYPE_MAX_CHARS};
+
+/// Why an input was rejected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum InvalidReason {
+    /// The string is empty.
+    Empty,
+    /// The string has more characters than its column holds.
+    TooLong {
+        /// The limit, in characters.
+        max_chars: usize,
+        /// The string's length, in characters.
+        chars: usize,
+    },
+    /// The string contains a NUL byte, which PostgreSQL cannot store in text.
+    ContainsNul,
+    /// A number or duration outside what the operation accepts.
+    OutOfRange(&'static str),
+}
+
+impl fmt::Display for InvalidReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InvalidReason::Empty => f.write_str("must not be empty"),
+            InvalidReason::TooLong { max_chars, chars } => {
+                write!(f, "{chars} characters, at most {max_chars} allowed")
+            }
+            InvalidReason::ContainsNul => f.write_str("must not contain NUL bytes"),
+            InvalidReason::OutOfRange(expected) => write!(f, "out of range: {expected}"),
+        }
+    }
+}
+
+/// An argument (`name`) that was rejected, and why: a
+/// [`DedupError::InvalidArgument`](crate::DedupError::InvalidArgument) once it leaves
+/// the crate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct InvalidArgument {
+    pub name: &'static str,
+    pub reason: InvalidReason,
+}
+
+impl InvalidArgument {
+    pub(crate) fn new(name: &'static str, reason: InvalidReason) -> InvalidArgument {
+        InvalidArgument { name, reason }
+    }
+
+    /// A number or duration out of range: `expected` says what is accepted.
+    pub(crate) fn out_of_range(name: &'static str, expected: &'static str) -> InvalidArgument {
+        InvalidArgument::new(name, InvalidReason::OutOfRange(expected))
+    }
+}
 
 /// The longest lease accepted: leases are meant to be renewed by heartbeats.
 pub const MAX_LEASE: Duration = Duration::from_secs(7 * 24 * 60 * 60);
@@ -35,60 +88,54 @@ pub(crate) fn free_text(text: &str, max_chars: usize) -> Result<(), InvalidReaso
 }
 
 /// A worker id: it goes into `lease_owner`.
-pub(crate) fn worker_id(worker_id: &str) -> Result<(), DedupError> {
-    text(worker_id, LEASE_OWNER_MAX_CHARS).map_err(|reason| DedupError::InvalidArgument {
-        name: "worker_id",
-        reason,
-    })
+pub(crate) fn worker_id(worker_id: &str) -> Result<(), InvalidArgument> {
+    text(worker_id, LEASE_OWNER_MAX_CHARS)
+        .map_err(|reason| InvalidArgument::new("worker_id", reason))
 }
 
 /// Task types a worker asks for.
-pub(crate) fn task_types(task_types: &[&str]) -> Result<(), DedupError> {
+pub(crate) fn task_types(task_types: &[&str]) -> Result<(), InvalidArgument> {
     for task_type in task_types {
-        text(task_type, TASK_TYPE_MAX_CHARS).map_err(|reason| DedupError::InvalidArgument {
-            name: "task_types",
-            reason,
-        })?;
+        text(task_type, TASK_TYPE_MAX_CHARS)
+            .map_err(|reason| InvalidArgument::new("task_types", reason))?;
     }
     Ok(())
 }
 
 /// A failure message or cancellation reason (argument `name`): it goes into `error`.
-pub(crate) fn error_text(name: &'static str, text: &str) -> Result<(), DedupError> {
-    free_text(text, ERROR_MAX_CHARS).map_err(|reason| DedupError::InvalidArgument { name, reason })
+pub(crate) fn error_text(name: &'static str, text: &str) -> Result<(), InvalidArgument> {
+    free_text(text, ERROR_MAX_CHARS).map_err(|reason| InvalidArgument::new(name, reason))
 }
 
 /// The most tasks one [`claim_many`](crate::TaskWorker::claim_many) takes.
 pub const MAX_CLAIM: usize = 1_000;
 
 /// How many tasks a claim takes, as SQL binds it: 1 to [`MAX_CLAIM`].
-pub(crate) fn claim_max(max: usize) -> Result<i64, DedupError> {
+pub(crate) fn claim_max(max: usize) -> Result<i64, InvalidArgument> {
     if max == 0 || max > MAX_CLAIM {
-        return Err(DedupError::InvalidArgument {
-            name: "max",
-            reason: InvalidReason::OutOfRange("1 to 1,000 (MAX_CLAIM)"),
-        });
+        return Err(InvalidArgument::out_of_range(
+            "max",
+            "1 to 1,000 (MAX_CLAIM)",
+        ));
     }
     Ok(max as i64)
 }
 
 /// A lease length, in microseconds: more than zero and at most [`MAX_LEASE`].
-pub(crate) fn lease_micros(lease: Duration) -> Result<i64, DedupError> {
+pub(crate) fn lease_micros(lease: Duration) -> Result<i64, InvalidArgument> {
     if lease.is_zero() || lease > MAX_LEASE {
-        return Err(DedupError::InvalidArgument {
-            name: "lease",
-            reason: InvalidReason::OutOfRange("more than zero and at most 7 days"),
-        });
+        return Err(InvalidArgument::out_of_range(
+            "lease",
+            "more than zero and at most 7 days",
+        ));
     }
     micros("lease", lease)
 }
 
 /// A duration in microseconds, as SQL takes it.
-pub(crate) fn micros(name: &'static str, duration: Duration) -> Result<i64, DedupError> {
-    i64::try_from(duration.as_micros()).map_err(|_| DedupError::InvalidArgument {
-        name,
-        reason: InvalidReason::OutOfRange("fits in i64 microseconds"),
-    })
+pub(crate) fn micros(name: &'static str, duration: Duration) -> Result<i64, InvalidArgument> {
+    i64::try_from(duration.as_micros())
+        .map_err(|_| InvalidArgument::out_of_range(name, "fits in i64 microseconds"))
 }
 
 /// Rejects a JSON argument (`name`) with a NUL character in a string or key:
@@ -97,12 +144,11 @@ pub(crate) fn micros(name: &'static str, duration: Duration) -> Result<i64, Dedu
 pub(crate) fn json(
     name: &'static str,
     value: Option<&serde_json::Value>,
-) -> Result<(), DedupError> {
+) -> Result<(), InvalidArgument> {
     match value {
-        Some(value) if json_has_nul(value) => Err(DedupError::InvalidArgument {
-            name,
-            reason: InvalidReason::ContainsNul,
-        }),
+        Some(value) if json_has_nul(value) => {
+            Err(InvalidArgument::new(name, InvalidReason::ContainsNul))
+        }
         _ => Ok(()),
     }
 }
@@ -135,13 +181,8 @@ mod tests {
             serde_json::json!({"k": {"deep": "\0"}}),
         ] {
             assert!(
-                matches!(
-                    json("payload", Some(&bad)),
-                    Err(DedupError::InvalidArgument {
-                        name: "payload",
-                        reason: InvalidReason::ContainsNul
-                    })
-                ),
+                json("payload", Some(&bad))
+                    == Err(InvalidArgument::new("payload", InvalidReason::ContainsNul)),
                 "{bad}"
             );
         }

@@ -4,15 +4,14 @@
 //! Times are `UTC_TIMESTAMP(6)`: `datetime(6)` columns hold UTC whatever the session's
 //! time zone.
 
-use sea_orm::DbErr;
+use std::borrow::Cow;
+
 use sea_orm::sqlx::mysql::MySqlDatabaseError;
 use task_dedup_entity::task_run::ACTIVE_RESOURCE_UIDX;
 
-use std::borrow::Cow;
+use super::{Bulk, Kind, Statements, repeat};
 
-use super::{Bulk, Statements, repeat};
-
-pub(super) const STATEMENTS: Statements = Statements {
+pub(crate) const STATEMENTS: Statements = Statements {
     // A plain INSERT, and the duplicate-key error on our index means "held". Not
     // `INSERT IGNORE` (it also turns other errors into warnings) nor `ON DUPLICATE KEY
     // UPDATE` (a write on the hit path, and with CLIENT_FOUND_ROWS the affected-row count
@@ -24,11 +23,6 @@ pub(super) const STATEMENTS: Statements = Statements {
         ") \
          VALUES (?, ?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?)"
     ),
-    // After the duplicate-key error: only a queued task is updated. `occupied` is the
-    // generated column of the unique index (1 while the row holds its key).
-    replace: "UPDATE task_run SET payload = ?, run_at = ?, priority = ?, updated_at = ? \
-              WHERE user_id = ? AND task_type = ? AND resource_key = ? \
-              AND dedup_window_end = ? AND occupied = 1 AND status = 'queued'",
     find_occupant: concat!(
         "SELECT ",
         columns!(),
@@ -47,27 +41,12 @@ pub(super) const STATEMENTS: Statements = Statements {
          AND dedup_window_end = ? AND occupied = 1 LOCK IN SHARE MODE"
     ),
     by_id: concat!("SELECT ", columns!(), " FROM task_run WHERE id = ?"),
-    // No UPDATE of a table selected from in a subquery: lock the next rows here, then
-    // `claim_update` and `claimed` by their ids, `WHERE id IN (?, ...)` appended: a
-    // primary-key lookup each (a JSON_TABLE of ids made InnoDB scan and lock the whole
-    // table). `task_run_claim_idx` serves the order, which also keeps InnoDB from locking
-    // every row it scans.
-    claim_any: "SELECT id FROM task_run WHERE status = 'queued' AND run_at <= UTC_TIMESTAMP(6) \
-                ORDER BY priority DESC, run_at, created_at, id LIMIT ? FOR UPDATE SKIP LOCKED",
-    claim_types: "SELECT id FROM task_run WHERE status = 'queued' AND run_at <= UTC_TIMESTAMP(6) \
-                  AND task_type IN (SELECT t FROM JSON_TABLE(?, '$[*]' \
-                  COLUMNS (t varchar(64) PATH '$')) AS types) \
-                  ORDER BY priority DESC, run_at, created_at, id LIMIT ? FOR UPDATE SKIP LOCKED",
-    claim_update: "UPDATE task_run SET status = 'running', attempts = attempts + 1, \
-                   lease_owner = ?, lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
-                   started_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) WHERE id IN ",
-    claimed: concat!("SELECT ", columns!(), " FROM task_run WHERE id IN "),
     heartbeat: "UPDATE task_run SET lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
                 updated_at = UTC_TIMESTAMP(6) \
                 WHERE id = ? AND status = 'running' AND lease_owner = ?",
-    complete: "UPDATE task_run SET status = 'succeeded', result = ?, lease_expires_at = NULL, \
-               finished_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) \
-               WHERE id = ? AND status = 'running' AND lease_owner = ?",
+    complete: COMPLETE,
+    // There is no `RETURNING` to leave out.
+    complete_quietly: COMPLETE,
     fail: "UPDATE task_run SET status = 'failed', error = ?, lease_expires_at = NULL, \
            finished_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) \
            WHERE id = ? AND status = 'running' AND lease_owner = ?",
@@ -99,10 +78,64 @@ pub(super) const STATEMENTS: Statements = Statements {
             AND dedup_window_end <= UNIX_TIMESTAMP()",
 };
 
+/// running → succeeded: result, id, worker_id.
+const COMPLETE: &str = "UPDATE task_run SET status = 'succeeded', result = ?, \
+                        lease_expires_at = NULL, finished_at = UTC_TIMESTAMP(6), \
+                        updated_at = UTC_TIMESTAMP(6) \
+                        WHERE id = ? AND status = 'running' AND lease_owner = ?";
+
+/// [`OnConflict::ReplaceIfQueued`](crate::OnConflict::ReplaceIfQueued), run after the
+/// INSERT's duplicate-key error: payload, run_at, priority, updated_at, then the key and
+/// window. Only a queued task is updated; `occupied` is the generated column of the
+/// unique index (1 while the row holds its key).
+pub(crate) const REPLACE: &str = "UPDATE task_run SET payload = ?, run_at = ?, priority = ?, \
+                                  updated_at = ? \
+                                  WHERE user_id = ? AND task_type = ? AND resource_key = ? \
+                                  AND dedup_window_end = ? AND occupied = 1 \
+                                  AND status = 'queued'";
+
+// A claim: no UPDATE of a table selected from in a subquery, so the next rows are locked
+// here (skipping rows other claimers hold), then updated and read by their ids
+// ([`claim_update`], [`claimed`]), in one short transaction. `task_run_claim_idx` serves
+// the order, which also keeps InnoDB from locking every row it scans.
+
+/// The ids of the next due queued tasks of any type, locked: how many.
+pub(crate) const CLAIM_ANY: &str = "SELECT id FROM task_run \
+                                    WHERE status = 'queued' AND run_at <= UTC_TIMESTAMP(6) \
+                                    ORDER BY priority DESC, run_at, created_at, id LIMIT ? \
+                                    FOR UPDATE SKIP LOCKED";
+
+/// The same for some task types: the types (a JSON array), how many.
+pub(crate) const CLAIM_TYPES: &str = "SELECT id FROM task_run \
+                                      WHERE status = 'queued' AND run_at <= UTC_TIMESTAMP(6) \
+                                      AND task_type IN (SELECT t FROM JSON_TABLE(?, '$[*]' \
+                                      COLUMNS (t varchar(64) PATH '$')) AS types) \
+                                      ORDER BY priority DESC, run_at, created_at, id LIMIT ? \
+                                      FOR UPDATE SKIP LOCKED";
+
+/// Marks `ids` locked tasks claimed: worker_id, lease, the ids. One primary-key lookup
+/// each (a JSON_TABLE of ids made InnoDB scan and lock the whole table).
+pub(crate) fn claim_update(ids: usize) -> Cow<'static, str> {
+    Cow::Owned(format!(
+        "UPDATE task_run SET status = 'running', attempts = attempts + 1, \
+         lease_owner = ?, lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
+         started_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) WHERE id IN ({})",
+        repeat("?", ids)
+    ))
+}
+
+/// The claimed tasks: the ids.
+pub(crate) fn claimed(ids: usize) -> Cow<'static, str> {
+    Cow::Owned(format!(
+        concat!("SELECT ", columns!(), " FROM task_run WHERE id IN ({})"),
+        repeat("?", ids)
+    ))
+}
+
 /// One multi-row statement per chunk, with the placeholders of the single insert per row.
 /// `ON DUPLICATE KEY UPDATE id = id` skips a row whose key is held without silencing any
 /// other error (unlike `INSERT IGNORE`); which rows went in is read back by id.
-pub(super) const BULK: Bulk = Bulk {
+pub(crate) const BULK: Bulk = Bulk {
     chunk: 2_000,
     insert: |rows| {
         Cow::Owned(format!(
@@ -164,13 +197,15 @@ pub(super) const BULK: Bulk = Bulk {
             ids = repeat("?", rows)
         ))
     },
-    ids_in: |rows| {
-        Cow::Owned(format!(
-            "SELECT id FROM task_run WHERE id IN ({ids})",
-            ids = repeat("?", rows)
-        ))
-    },
 };
+
+/// Which of the given ids exist: which rows a bulk insert put in (no `RETURNING`).
+pub(crate) fn ids_in(ids: usize) -> Cow<'static, str> {
+    Cow::Owned(format!(
+        "SELECT id FROM task_run WHERE id IN ({ids})",
+        ids = repeat("?", ids)
+    ))
+}
 
 /// A duplicate key in a unique index (or the primary key).
 const ER_DUP_ENTRY: u16 = 1062;
@@ -192,42 +227,26 @@ const ER_LOCK_WAIT_TIMEOUT: u16 = 1205;
 const ER_STATEMENT_TIMEOUT: u16 = 1969;
 const ER_QUERY_TIMEOUT: u16 = 3024;
 
-pub(super) fn is_connection_lost(err: &DbErr) -> bool {
-    super::database_error::<MySqlDatabaseError>(err).is_some_and(|e| {
-        matches!(
-            e.number(),
-            CR_SERVER_GONE_ERROR
-                | CR_SERVER_LOST
-                | ER_SERVER_SHUTDOWN
-                | ER_CONNECTION_KILLED
-                | ER_CLIENT_INTERACTION_TIMEOUT
-        )
-    })
-}
-
-pub(super) fn is_timeout(err: &DbErr) -> bool {
-    super::database_error::<MySqlDatabaseError>(err).is_some_and(|e| {
-        matches!(
-            e.number(),
-            ER_LOCK_WAIT_TIMEOUT | ER_STATEMENT_TIMEOUT | ER_QUERY_TIMEOUT
-        )
-    })
-}
-
-/// Error 1062 on `task_active_resource_uidx`. The driver gives no index name but in the
+/// What a MySQL/MariaDB error means. The driver gives the violated index only in the
 /// message (`Duplicate entry '...' for key 'task_active_resource_uidx'`; MySQL 8 prefixes
-/// the table), so this reads the message: the one place that does.
-pub(super) fn is_held_key_violation(err: &DbErr) -> bool {
-    super::database_error::<MySqlDatabaseError>(err).is_some_and(|e| {
-        let message = e.message();
-        e.number() == ER_DUP_ENTRY
-            && message
-                .strip_suffix('\'')
-                .and_then(|m| m.strip_suffix(ACTIVE_RESOURCE_UIDX))
-                .is_some_and(|m| m.ends_with('\'') || m.ends_with('.'))
-    })
+/// the table), so a duplicate key is told ours by reading it: the one place that does.
+pub(super) fn kind(e: &MySqlDatabaseError) -> Kind {
+    match e.number() {
+        ER_DUP_ENTRY if names_our_index(e.message()) => Kind::HeldKey,
+        ER_LOCK_DEADLOCK => Kind::TransactionConflict,
+        CR_SERVER_GONE_ERROR
+        | CR_SERVER_LOST
+        | ER_SERVER_SHUTDOWN
+        | ER_CONNECTION_KILLED
+        | ER_CLIENT_INTERACTION_TIMEOUT => Kind::ConnectionLost,
+        ER_LOCK_WAIT_TIMEOUT | ER_STATEMENT_TIMEOUT | ER_QUERY_TIMEOUT => Kind::Timeout,
+        _ => Kind::Other,
+    }
 }
 
-pub(super) fn is_transaction_conflict(err: &DbErr) -> bool {
-    super::database_error::<MySqlDatabaseError>(err).is_some_and(|e| e.number() == ER_LOCK_DEADLOCK)
+fn names_our_index(message: &str) -> bool {
+    message
+        .strip_suffix('\'')
+        .and_then(|m| m.strip_suffix(ACTIVE_RESOURCE_UIDX))
+        .is_some_and(|m| m.ends_with('\'') || m.ends_with('.'))
 }

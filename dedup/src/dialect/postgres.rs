@@ -3,16 +3,25 @@
 //! `statement_timestamp()`: `now()` would be the start of the caller's transaction,
 //! possibly long ago.
 
-use sea_orm::DbErr;
+use std::borrow::Cow;
+
 use sea_orm::sqlx::postgres::PgDatabaseError;
 use task_dedup_entity::occupies_key_sql;
 use task_dedup_entity::task_run::ACTIVE_RESOURCE_UIDX;
 
-use std::borrow::Cow;
+use super::{Bulk, Kind, Returning, Statements};
 
-use super::{Bulk, Statements};
+/// running → succeeded, up to `RETURNING`: `complete` and `complete_quietly` differ only
+/// in what they return.
+macro_rules! complete {
+    () => {
+        "UPDATE task_run SET status = 'succeeded', result = $1, lease_expires_at = NULL, \
+         finished_at = statement_timestamp(), updated_at = statement_timestamp() \
+         WHERE id = $2 AND status = 'running' AND lease_owner = $3"
+    };
+}
 
-pub(super) const STATEMENTS: Statements = Statements {
+pub(crate) const STATEMENTS: Statements = Statements {
     // The conflict target repeats the index predicate as literals: with bound values
     // PostgreSQL fails with 42P10 once a cached statement switches to a generic plan.
     // `DO NOTHING`, not a caught unique violation: a failed INSERT would abort the
@@ -26,23 +35,6 @@ pub(super) const STATEMENTS: Statements = Statements {
          WHERE ",
         occupies_key_sql!(),
         " DO NOTHING RETURNING id"
-    ),
-    // `DO UPDATE ... WHERE`: the queued row holding the key is updated in the same
-    // atomic step; a running or finished one is left alone and nothing comes back.
-    replace: concat!(
-        "INSERT INTO task_run (",
-        insert_columns!(),
-        ") \
-         VALUES ($1, $2, $3, $4, 'queued', $5, 0, $6, $7, $8, $9, $10, $11) \
-         ON CONFLICT (user_id, task_type, resource_key, dedup_window_end) \
-         WHERE ",
-        occupies_key_sql!(),
-        " \
-         DO UPDATE SET payload = EXCLUDED.payload, run_at = EXCLUDED.run_at, \
-         priority = EXCLUDED.priority, updated_at = EXCLUDED.updated_at \
-         WHERE task_run.status = 'queued' \
-         RETURNING ",
-        columns!()
     ),
     find_occupant: concat!(
         "SELECT ",
@@ -63,43 +55,14 @@ pub(super) const STATEMENTS: Statements = Statements {
         occupies_key_sql!()
     ),
     by_id: concat!("SELECT ", columns!(), " FROM task_run WHERE id = $1"),
-    // SKIP LOCKED: concurrent claimers pass over each other's rows instead of queueing
-    // behind them. `task_run_claim_idx (status, priority DESC, run_at, created_at, id)`
-    // serves the order.
-    claim_any: concat!(
-        "UPDATE task_run SET status = 'running', attempts = attempts + 1, \
-         lease_owner = $1, lease_expires_at = statement_timestamp() + $2 * interval '1 microsecond', \
-         started_at = statement_timestamp(), updated_at = statement_timestamp() \
-         WHERE id IN (SELECT id FROM task_run \
-         WHERE status = 'queued' AND run_at <= statement_timestamp() \
-         ORDER BY priority DESC, run_at, created_at, id LIMIT $3 FOR UPDATE SKIP LOCKED) \
-         RETURNING ",
-        columns!()
-    ),
-    claim_types: concat!(
-        "UPDATE task_run SET status = 'running', attempts = attempts + 1, \
-         lease_owner = $1, lease_expires_at = statement_timestamp() + $2 * interval '1 microsecond', \
-         started_at = statement_timestamp(), updated_at = statement_timestamp() \
-         WHERE id IN (SELECT id FROM task_run \
-         WHERE status = 'queued' AND run_at <= statement_timestamp() AND task_type = ANY($3) \
-         ORDER BY priority DESC, run_at, created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) \
-         RETURNING ",
-        columns!()
-    ),
-    claim_update: "",
-    claimed: "",
     heartbeat: concat!(
         "UPDATE task_run SET lease_expires_at = statement_timestamp() + $1 * interval '1 microsecond', \
          updated_at = statement_timestamp() \
          WHERE id = $2 AND status = 'running' AND lease_owner = $3 RETURNING ",
         columns!()
     ),
-    complete: concat!(
-        "UPDATE task_run SET status = 'succeeded', result = $1, lease_expires_at = NULL, \
-         finished_at = statement_timestamp(), updated_at = statement_timestamp() \
-         WHERE id = $2 AND status = 'running' AND lease_owner = $3 RETURNING ",
-        columns!()
-    ),
+    complete: concat!(complete!(), " RETURNING ", columns!()),
+    complete_quietly: complete!(),
     fail: concat!(
         "UPDATE task_run SET status = 'failed', error = $1, lease_expires_at = NULL, \
          finished_at = statement_timestamp(), updated_at = statement_timestamp() \
@@ -146,6 +109,64 @@ pub(super) const STATEMENTS: Statements = Statements {
             AND dedup_window_end <= extract(epoch FROM statement_timestamp())",
 };
 
+pub(crate) const RETURNING: Returning = Returning {
+    // `DO UPDATE ... WHERE`: the queued row holding the key is updated in the same
+    // atomic step; a running or finished one is left alone and nothing comes back.
+    replace: concat!(
+        "INSERT INTO task_run (",
+        insert_columns!(),
+        ") \
+         VALUES ($1, $2, $3, $4, 'queued', $5, 0, $6, $7, $8, $9, $10, $11) \
+         ON CONFLICT (user_id, task_type, resource_key, dedup_window_end) \
+         WHERE ",
+        occupies_key_sql!(),
+        " \
+         DO UPDATE SET payload = EXCLUDED.payload, run_at = EXCLUDED.run_at, \
+         priority = EXCLUDED.priority, updated_at = EXCLUDED.updated_at \
+         WHERE task_run.status = 'queued' \
+         RETURNING ",
+        columns!()
+    ),
+    // SKIP LOCKED: concurrent claimers pass over each other's rows instead of queueing
+    // behind them. `task_run_claim_idx (status, priority DESC, run_at, created_at, id)`
+    // serves the order.
+    claim_any: concat!(
+        "UPDATE task_run SET status = 'running', attempts = attempts + 1, \
+         lease_owner = $1, lease_expires_at = statement_timestamp() + $2 * interval '1 microsecond', \
+         started_at = statement_timestamp(), updated_at = statement_timestamp() \
+         WHERE id IN (SELECT id FROM task_run \
+         WHERE status = 'queued' AND run_at <= statement_timestamp() \
+         ORDER BY priority DESC, run_at, created_at, id LIMIT $3 FOR UPDATE SKIP LOCKED) \
+         RETURNING ",
+        columns!()
+    ),
+    claim_types: concat!(
+        "UPDATE task_run SET status = 'running', attempts = attempts + 1, \
+         lease_owner = $1, lease_expires_at = statement_timestamp() + $2 * interval '1 microsecond', \
+         started_at = statement_timestamp(), updated_at = statement_timestamp() \
+         WHERE id IN (SELECT id FROM task_run \
+         WHERE status = 'queued' AND run_at <= statement_timestamp() AND task_type = ANY($3) \
+         ORDER BY priority DESC, run_at, created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) \
+         RETURNING ",
+        columns!()
+    ),
+};
+
+/// The channel waiting workers LISTEN on.
+macro_rules! channel {
+    () => {
+        "task_dedup_wakeup"
+    };
+}
+
+/// The channel waiting workers LISTEN on, for the listener.
+#[cfg_attr(not(feature = "worker"), allow(dead_code))]
+pub(crate) const CHANNEL: &str = channel!();
+
+/// Wakes the workers that LISTEN on [`CHANNEL`] (sent at most once per debounce
+/// interval; see `crate::notify`).
+pub(crate) const NOTIFY: &str = concat!("SELECT pg_notify('", channel!(), "', '')");
+
 /// The start of both bulk inserts: the rows from one array per column, up to the
 /// conflict target (the unique index); they differ in what a conflict does.
 macro_rules! bulk_insert_on_conflict {
@@ -171,7 +192,7 @@ macro_rules! bulk_insert_on_conflict {
 /// One array per column: the texts do not depend on the number of rows. `created_at`
 /// and `updated_at` are one value for the whole chunk ($5). A task without a payload
 /// has `has_payload` false: an array of SeaORM values cannot hold NULL elements.
-pub(super) const BULK: Bulk = Bulk {
+pub(crate) const BULK: Bulk = Bulk {
     chunk: 5_000,
     insert: |_| {
         Cow::Borrowed(concat!(
@@ -200,7 +221,6 @@ pub(super) const BULK: Bulk = Bulk {
             " FROM task_run WHERE id = ANY($1)"
         ))
     },
-    ids_in: |_| Cow::Borrowed("SELECT id FROM task_run WHERE id = ANY($1)"),
 };
 
 /// The tasks holding the given keys and windows: one lookup in the unique index per key
@@ -230,7 +250,6 @@ const UNIQUE_VIOLATION: &str = "23505";
 const SERIALIZATION_FAILURE: &str = "40001";
 /// SQLSTATE of a deadlock the server broke by aborting this statement.
 const DEADLOCK_DETECTED: &str = "40P01";
-
 /// SQLSTATE class of connection exceptions (08000, 08003, 08006, 08001, 08004, ...).
 const CONNECTION_EXCEPTION_CLASS: &str = "08";
 /// SQLSTATEs of a session the server ended: an administrator or a shutdown
@@ -244,29 +263,15 @@ const QUERY_CANCELED: &str = "57014";
 /// SQLSTATE of a lock not obtained within `lock_timeout`.
 const LOCK_NOT_AVAILABLE: &str = "55P03";
 
-pub(super) fn is_connection_lost(err: &DbErr) -> bool {
-    super::database_error::<PgDatabaseError>(err).is_some_and(|e| {
-        e.code().starts_with(CONNECTION_EXCEPTION_CLASS)
-            || matches!(
-                e.code(),
-                ADMIN_SHUTDOWN | CRASH_SHUTDOWN | CANNOT_CONNECT_NOW
-            )
-    })
-}
-
-pub(super) fn is_timeout(err: &DbErr) -> bool {
-    super::database_error::<PgDatabaseError>(err)
-        .is_some_and(|e| matches!(e.code(), QUERY_CANCELED | LOCK_NOT_AVAILABLE))
-}
-
-/// PostgreSQL names the violated constraint (here: the index) in its own field.
-pub(super) fn is_held_key_violation(err: &DbErr) -> bool {
-    super::database_error::<PgDatabaseError>(err).is_some_and(|e| {
-        e.code() == UNIQUE_VIOLATION && e.constraint() == Some(ACTIVE_RESOURCE_UIDX)
-    })
-}
-
-pub(super) fn is_transaction_conflict(err: &DbErr) -> bool {
-    super::database_error::<PgDatabaseError>(err)
-        .is_some_and(|e| matches!(e.code(), SERIALIZATION_FAILURE | DEADLOCK_DETECTED))
+/// What a PostgreSQL error means. PostgreSQL names the violated constraint (here: the
+/// index) in its own field.
+pub(super) fn kind(e: &PgDatabaseError) -> Kind {
+    match e.code() {
+        UNIQUE_VIOLATION if e.constraint() == Some(ACTIVE_RESOURCE_UIDX) => Kind::HeldKey,
+        SERIALIZATION_FAILURE | DEADLOCK_DETECTED => Kind::TransactionConflict,
+        ADMIN_SHUTDOWN | CRASH_SHUTDOWN | CANNOT_CONNECT_NOW => Kind::ConnectionLost,
+        code if code.starts_with(CONNECTION_EXCEPTION_CLASS) => Kind::ConnectionLost,
+        QUERY_CANCELED | LOCK_NOT_AVAILABLE => Kind::Timeout,
+        _ => Kind::Other,
+    }
 }

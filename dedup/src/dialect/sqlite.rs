@@ -6,15 +6,26 @@
 //! values the database writes (`strftime(..., 'now')`, millisecond resolution) and values
 //! the library writes compare correctly as text.
 
-use sea_orm::DbErr;
+use std::borrow::Cow;
+
+use sea_orm::sqlx::error::DatabaseError;
 use sea_orm::sqlx::sqlite::SqliteError;
 use task_dedup_entity::occupies_key_sql;
 
-use std::borrow::Cow;
+use super::{Bulk, Kind, Returning, Statements, repeat};
 
-use super::{Bulk, Statements, repeat};
+/// running → succeeded, up to `RETURNING`: `complete` and `complete_quietly` differ only
+/// in what they return.
+macro_rules! complete {
+    () => {
+        "UPDATE task_run SET status = 'succeeded', result = ?, lease_expires_at = NULL, \
+         finished_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
+         updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
+         WHERE id = ? AND status = 'running' AND lease_owner = ?"
+    };
+}
 
-pub(super) const STATEMENTS: Statements = Statements {
+pub(crate) const STATEMENTS: Statements = Statements {
     // No conflict target: it covers the partial unique index (and the primary key) and,
     // unlike a targeted clause, is not matched against the schema when the statement is
     // prepared. A pooled connection opened before the index existed keeps the old
@@ -26,18 +37,6 @@ pub(super) const STATEMENTS: Statements = Statements {
         insert_columns!(),
         ") \
          VALUES (?, ?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id"
-    ),
-    // Untargeted `DO UPDATE` (SQLite 3.35+), for the reason above.
-    replace: concat!(
-        "INSERT INTO task_run (",
-        insert_columns!(),
-        ") \
-         VALUES (?, ?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?) \
-         ON CONFLICT DO UPDATE SET payload = excluded.payload, run_at = excluded.run_at, \
-         priority = excluded.priority, updated_at = excluded.updated_at \
-         WHERE status = 'queued' \
-         RETURNING ",
-        columns!()
     ),
     find_occupant: concat!(
         "SELECT ",
@@ -57,51 +56,14 @@ pub(super) const STATEMENTS: Statements = Statements {
         occupies_key_sql!()
     ),
     by_id: concat!("SELECT ", columns!(), " FROM task_run WHERE id = ?"),
-    // SQLite drops `FOR UPDATE SKIP LOCKED`; a single UPDATE with the selection as a
-    // subquery is atomic under the write lock, so no two workers get one task. SQLite's
-    // clock has millisecond resolution and `run_at` microseconds: a task is due within
-    // the millisecond of its `run_at` (else a task enqueued in the same millisecond as
-    // the claim would wait for the next one).
-    claim_any: concat!(
-        "UPDATE task_run SET status = 'running', attempts = attempts + 1, lease_owner = ?, \
-         lease_expires_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?), \
-         started_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
-         updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
-         WHERE id IN (SELECT id FROM task_run \
-         WHERE status = 'queued' \
-         AND run_at <= strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', '+0.001 seconds') \
-         ORDER BY priority DESC, run_at, created_at, id LIMIT ?) \
-         RETURNING ",
-        columns!()
-    ),
-    claim_types: concat!(
-        "UPDATE task_run SET status = 'running', attempts = attempts + 1, lease_owner = ?, \
-         lease_expires_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?), \
-         started_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
-         updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
-         WHERE id IN (SELECT id FROM task_run \
-         WHERE status = 'queued' \
-         AND run_at <= strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', '+0.001 seconds') \
-         AND task_type IN (SELECT value FROM json_each(?)) \
-         ORDER BY priority DESC, run_at, created_at, id LIMIT ?) \
-         RETURNING ",
-        columns!()
-    ),
-    claim_update: "",
-    claimed: "",
     heartbeat: concat!(
         "UPDATE task_run SET lease_expires_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?), \
          updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
          WHERE id = ? AND status = 'running' AND lease_owner = ? RETURNING ",
         columns!()
     ),
-    complete: concat!(
-        "UPDATE task_run SET status = 'succeeded', result = ?, lease_expires_at = NULL, \
-         finished_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
-         updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
-         WHERE id = ? AND status = 'running' AND lease_owner = ? RETURNING ",
-        columns!()
-    ),
+    complete: concat!(complete!(), " RETURNING ", columns!()),
+    complete_quietly: complete!(),
     fail: concat!(
         "UPDATE task_run SET status = 'failed', error = ?, lease_expires_at = NULL, \
          finished_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
@@ -154,9 +116,54 @@ pub(super) const STATEMENTS: Statements = Statements {
             AND dedup_window_end <= CAST(strftime('%s', 'now') AS INTEGER)",
 };
 
+pub(crate) const RETURNING: Returning = Returning {
+    // Untargeted `DO UPDATE` (SQLite 3.35+), for the reason above.
+    replace: concat!(
+        "INSERT INTO task_run (",
+        insert_columns!(),
+        ") \
+         VALUES (?, ?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?) \
+         ON CONFLICT DO UPDATE SET payload = excluded.payload, run_at = excluded.run_at, \
+         priority = excluded.priority, updated_at = excluded.updated_at \
+         WHERE status = 'queued' \
+         RETURNING ",
+        columns!()
+    ),
+    // SQLite drops `FOR UPDATE SKIP LOCKED`; a single UPDATE with the selection as a
+    // subquery is atomic under the write lock, so no two workers get one task. SQLite's
+    // clock has millisecond resolution and `run_at` microseconds: a task is due within
+    // the millisecond of its `run_at` (else a task enqueued in the same millisecond as
+    // the claim would wait for the next one).
+    claim_any: concat!(
+        "UPDATE task_run SET status = 'running', attempts = attempts + 1, lease_owner = ?, \
+         lease_expires_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?), \
+         started_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
+         updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
+         WHERE id IN (SELECT id FROM task_run \
+         WHERE status = 'queued' \
+         AND run_at <= strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', '+0.001 seconds') \
+         ORDER BY priority DESC, run_at, created_at, id LIMIT ?) \
+         RETURNING ",
+        columns!()
+    ),
+    claim_types: concat!(
+        "UPDATE task_run SET status = 'running', attempts = attempts + 1, lease_owner = ?, \
+         lease_expires_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?), \
+         started_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
+         updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
+         WHERE id IN (SELECT id FROM task_run \
+         WHERE status = 'queued' \
+         AND run_at <= strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', '+0.001 seconds') \
+         AND task_type IN (SELECT value FROM json_each(?)) \
+         ORDER BY priority DESC, run_at, created_at, id LIMIT ?) \
+         RETURNING ",
+        columns!()
+    ),
+};
+
 /// One multi-row statement per chunk, with the 11 placeholders of the single insert per
 /// row: 2,000 rows stay within SQLite's 32,766 placeholders.
-pub(super) const BULK: Bulk = Bulk {
+pub(crate) const BULK: Bulk = Bulk {
     chunk: 2_000,
     insert: |rows| {
         Cow::Owned(format!(
@@ -192,12 +199,6 @@ pub(super) const BULK: Bulk = Bulk {
             ids = repeat("?", rows)
         ))
     },
-    ids_in: |rows| {
-        Cow::Owned(format!(
-            "SELECT id FROM task_run WHERE id IN ({ids})",
-            ids = repeat("?", rows)
-        ))
-    },
 };
 
 /// The tasks holding the given keys and windows: a join, so that each key is looked up
@@ -220,35 +221,31 @@ fn find_occupants(rows: usize) -> Cow<'static, str> {
 
 /// Extended result code of a UNIQUE constraint failure.
 const SQLITE_CONSTRAINT_UNIQUE: &str = "2067";
-
-/// SQLite names the columns of the violated index, not the index:
-/// `UNIQUE constraint failed: task_run.user_id, ..., task_run.dedup_window_end`. Reading
-/// the message is the only way; this is the one place that does.
-pub(super) fn is_held_key_violation(err: &DbErr) -> bool {
-    const HELD_KEY_COLUMNS: &str = "task_run.user_id, task_run.task_type, \
-                                    task_run.resource_key, task_run.dedup_window_end";
-    super::database_error::<SqliteError>(err).is_some_and(|e| {
-        use sea_orm::sqlx::error::DatabaseError;
-        e.code().as_deref() == Some(SQLITE_CONSTRAINT_UNIQUE)
-            && e.message().ends_with(HELD_KEY_COLUMNS)
-    })
-}
-
 /// Primary result code of a lock not obtained within the busy timeout
 /// (SQLITE_BUSY and its extended codes: 5, 261, 517, ...).
 const SQLITE_BUSY: i32 = 5;
+/// The columns of `task_active_resource_uidx`, as SQLite names them in the message of a
+/// UNIQUE failure.
+const HELD_KEY_COLUMNS: &str = "task_run.user_id, task_run.task_type, \
+                                task_run.resource_key, task_run.dedup_window_end";
 
-pub(super) fn is_timeout(err: &DbErr) -> bool {
-    super::database_error::<SqliteError>(err).is_some_and(|e| {
-        use sea_orm::sqlx::error::DatabaseError;
-        e.code()
-            .and_then(|code| code.parse::<i32>().ok())
-            .is_some_and(|code| code & 0xff == SQLITE_BUSY)
-    })
+/// What a SQLite error means. SQLite names the columns of the violated index, not the
+/// index: `UNIQUE constraint failed: task_run.user_id, ..., task_run.dedup_window_end`.
+/// Reading the message is the only way to tell ours; this is the one place that does.
+pub(super) fn kind(e: &SqliteError) -> Kind {
+    let code = e.code();
+    let code = code.as_deref();
+    if code == Some(SQLITE_CONSTRAINT_UNIQUE) && e.message().ends_with(HELD_KEY_COLUMNS) {
+        return Kind::HeldKey;
+    }
+    match code.and_then(|code| code.parse::<i32>().ok()) {
+        Some(code) if code & 0xff == SQLITE_BUSY => Kind::Timeout,
+        _ => Kind::Other,
+    }
 }
 
 /// A date-function modifier such as `+30.000000 seconds`.
-pub(super) fn seconds_modifier(micros: i64) -> String {
+pub(crate) fn seconds_modifier(micros: i64) -> String {
     let sign = if micros < 0 { '-' } else { '+' };
     let abs = micros.unsigned_abs();
     format!("{sign}{}.{:06} seconds", abs / 1_000_000, abs % 1_000_000)

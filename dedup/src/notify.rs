@@ -17,18 +17,16 @@
 #[cfg(any(feature = "postgres", feature = "worker"))]
 use std::time::Duration;
 
-use crate::connection::DedupConnection;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+use crate::dialect::Dialect;
 use crate::error::DedupError;
-
-/// The channel PostgreSQL workers LISTEN on.
-#[cfg(feature = "postgres")]
-pub(crate) const CHANNEL: &str = "task_dedup_wakeup";
+use crate::executor::Executor;
 
 /// The shortest time between two notifications for one database from this process.
 #[cfg(any(feature = "postgres", feature = "worker"))]
 pub(crate) const NOTIFY_DEBOUNCE: Duration = Duration::from_millis(10);
 
-/// Signals that a task claimable now was written through `db`. On PostgreSQL inside a
+/// Signals that a task claimable now was written through `exec`. On PostgreSQL inside a
 /// caller's transaction the notification goes out at its commit (and not at all on a
 /// rollback).
 ///
@@ -36,17 +34,20 @@ pub(crate) const NOTIFY_DEBOUNCE: Duration = Duration::from_millis(10);
 /// Only inside a PostgreSQL transaction, when the notification failed: the transaction
 /// is aborted then, and with it the write. Outside one a failed notification is logged
 /// and the task waits for the workers' poll.
-pub(crate) async fn task_due<C: DedupConnection + ?Sized>(db: &C) -> Result<(), DedupError> {
-    match db.get_database_backend() {
+pub(crate) async fn task_due(exec: &mut Executor<'_>) -> Result<(), DedupError> {
+    match exec.dialect() {
         #[cfg(feature = "postgres")]
-        sea_orm::DbBackend::Postgres => postgres::notify(db).await,
+        Dialect::Postgres => postgres::notify(exec).await,
         #[cfg(feature = "sqlite")]
-        sea_orm::DbBackend::Sqlite => {
-            if !db.in_transaction() {
-                sqlite::ring(db);
+        Dialect::Sqlite => {
+            // A pool: the write is committed (a caller's transaction rings nothing: it
+            // would ring before its commit).
+            if let Some(crate::executor::Pool::Sqlite(pool)) = exec.pool() {
+                sqlite::ring(pool);
             }
             Ok(())
         }
+        #[allow(unreachable_patterns)]
         _ => Ok(()),
     }
 }
@@ -58,29 +59,23 @@ mod postgres {
     use std::sync::{LazyLock, Mutex};
     use std::time::Instant;
 
-    use sea_orm::{DbBackend, Statement};
-
-    use super::{CHANNEL, NOTIFY_DEBOUNCE};
-    use crate::connection::DedupConnection;
+    use super::NOTIFY_DEBOUNCE;
     use crate::error::DedupError;
+    use crate::executor::{Executor, Pool};
 
     /// When this process last notified each database (by [`database_key`]).
     static LAST_NOTIFIED: LazyLock<Mutex<HashMap<u64, Instant>>> =
         LazyLock::new(|| Mutex::new(HashMap::new()));
 
-    pub(super) async fn notify<C: DedupConnection + ?Sized>(db: &C) -> Result<(), DedupError> {
-        if !due(database_key(db)) {
+    pub(super) async fn notify(exec: &mut Executor<'_>) -> Result<(), DedupError> {
+        if !due(database_key(exec.pool())) {
             return Ok(());
         }
-        let sql = format!("SELECT pg_notify('{CHANNEL}', '')");
-        let sent = db
-            .execute_raw(Statement::from_string(DbBackend::Postgres, sql))
-            .await;
-        match sent {
-            Ok(_) => Ok(()),
-            Err(err) if db.in_transaction() => Err(err.into()),
-            Err(err) => {
-                tracing::debug!(error = %err, "wake-up notification failed; workers will poll");
+        match exec.notify().await {
+            Ok(()) => Ok(()),
+            Err(failure) if exec.in_transaction() => Err(failure.into()),
+            Err(failure) => {
+                tracing::debug!(error = %failure.err, "wake-up notification failed; workers will poll");
                 Ok(())
             }
         }
@@ -109,14 +104,11 @@ mod postgres {
     /// tell, so transactions share one key; two databases written in transactions from
     /// one process may then swallow each other's notification within the debounce, and
     /// the task waits for the workers' fallback poll.
-    fn database_key<C: DedupConnection + ?Sized>(db: &C) -> u64 {
-        let Some(pool) = db.pool() else {
+    fn database_key(pool: Option<Pool<'_>>) -> u64 {
+        let Some(Pool::Postgres(pool)) = pool else {
             return 0;
         };
-        let sea_orm::DatabaseConnectionType::SqlxPostgresPoolConnection(_) = &pool.inner else {
-            return 0;
-        };
-        let options = pool.get_postgres_connection_pool().connect_options();
+        let options = pool.connect_options();
         let mut hasher = DefaultHasher::new();
         (
             options.get_host(),
@@ -135,9 +127,8 @@ mod sqlite {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, LazyLock, Mutex, Weak};
 
+    use sea_orm::sqlx::SqlitePool;
     use tokio::sync::Notify;
-
-    use crate::connection::DedupConnection;
 
     /// Whether any worker ever waited here: until one does, ringing costs one load.
     static IN_USE: AtomicBool = AtomicBool::new(false);
@@ -163,19 +154,13 @@ mod sqlite {
         bell
     }
 
-    /// Rings the doorbell of the database behind `db` (a pool), if a worker of this
-    /// process waits on it.
-    pub(super) fn ring<C: DedupConnection + ?Sized>(db: &C) {
+    /// Rings the doorbell of the database behind `pool`, if a worker of this process
+    /// waits on it.
+    pub(super) fn ring(pool: &SqlitePool) {
         if !IN_USE.load(Ordering::Relaxed) {
             return;
         }
-        let Some(pool) = db.pool() else {
-            return;
-        };
-        let sea_orm::DatabaseConnectionType::SqlxSqlitePoolConnection(_) = &pool.inner else {
-            return;
-        };
-        let options = pool.get_sqlite_connection_pool().connect_options();
+        let options = pool.connect_options();
         let doorbells = DOORBELLS
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());

@@ -1,12 +1,18 @@
-//! The [`Worker`] runtime: its builder, handlers and wake-ups.
+//! The [`Worker`] runtime. This module holds the claim loop (claim up to the free
+//! slots, start each task, wait for work) and the reaper; [`execute`] runs one task
+//! (its handler beside a heartbeat), [`record`] records how it ended, [`wake`] listens
+//! for new work, [`builder`] checks the settings.
 
 mod builder;
+mod execute;
 mod handler;
+mod record;
 mod wake;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -19,11 +25,11 @@ pub use builder::WorkerBuilder;
 pub use handler::{Handler, HandlerError};
 pub use wake::Wakeups;
 
+use crate::backoff::RetryPolicy;
+use crate::connection::WithRetryBudget;
 use crate::error::DedupError;
-use crate::metrics;
-use crate::retry::{Retry, RetryPolicy};
+use crate::lifecycle::TaskWorker;
 use crate::task_run;
-use crate::worker::TaskWorker;
 
 /// The runtime that runs tasks, configured through [`WorkerBuilder`]. It claims up to
 /// its concurrency, runs the [`Handler`] for each under a lease it keeps alive,
@@ -57,7 +63,16 @@ pub struct Worker {
     handler: Arc<dyn Handler>,
 }
 
+impl fmt::Debug for Worker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Worker")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
 /// A built worker's settings.
+#[derive(Debug)]
 struct Config {
     id: String,
     task_types: Vec<String>,
@@ -73,6 +88,7 @@ struct Config {
     poll_min: Duration,
     poll_max: Duration,
     fallback_poll: Duration,
+    retry_budget: Duration,
 }
 
 /// What a [`Worker`] did, returned when it stops.
@@ -152,6 +168,13 @@ struct Shared {
     retries_due: Mutex<BinaryHeap<Reverse<Instant>>>,
     /// Rung when a retry is added to `retries_due`.
     retry_scheduled: Notify,
+}
+
+impl Shared {
+    /// The worker's pool, with the worker's retry budget.
+    fn db(&self) -> WithRetryBudget<'_, DatabaseConnection> {
+        WithRetryBudget::new(&self.db, self.config.retry_budget)
+    }
 }
 
 impl Worker {
@@ -249,7 +272,7 @@ impl Worker {
             }
             let types: Vec<&str> = types.iter().map(String::as_str).collect();
             match shared
-                .db
+                .db()
                 .claim_many(&config.id, &types, config.lease, permits.len())
                 .await
             {
@@ -296,7 +319,7 @@ impl Worker {
                     Some(bell) => { bell.await; Some(()) }
                     None => None,
                 } } => {
-                    trailing = Some(Instant::now() + crate::wakeup::NOTIFY_DEBOUNCE);
+                    trailing = Some(Instant::now() + crate::notify::NOTIFY_DEBOUNCE);
                 }
             }
         }
@@ -380,7 +403,7 @@ fn start(
     let shared = shared.clone();
     tasks.spawn(async move {
         let task_type = task.task_type.clone();
-        run_task(&shared, task).await;
+        execute::run_task(&shared, task).await;
         if let Some(count) = shared
             .running
             .lock()
@@ -394,202 +417,6 @@ fn start(
     });
 }
 
-/// How a task's run ended, before it is recorded.
-enum Ended {
-    /// The handler returned.
-    Returned(Result<Option<serde_json::Value>, HandlerError>),
-    /// The handler panicked.
-    Panicked(String),
-    /// The task was taken away (the heartbeat found it cancelled or held by another
-    /// worker): the result is discarded.
-    Lost,
-    /// The shutdown grace ran out, or the handler outlived its cancel grace and was
-    /// dropped.
-    Aborted,
-}
-
-/// Runs one claimed task: the handler in a task of its own (a panic stays there), a
-/// heartbeat beside it, then records the end.
-#[tracing::instrument(level = "debug", name = "task", skip_all, fields(task_id = %task.id, task_type = %task.task_type, attempt = task.attempts))]
-async fn run_task(shared: &Arc<Shared>, task: task_run::Model) {
-    let started = Instant::now();
-    let (id, attempts) = (task.id, task.attempts);
-    let cancel = shared.abort.child_token();
-    let lost = Arc::new(AtomicBool::new(false));
-    let heartbeat = tokio::spawn(heartbeat(shared.clone(), id, cancel.clone(), lost.clone()));
-    let handler = shared.handler.clone();
-    let mut handle = tokio::spawn({
-        let cancel = cancel.clone();
-        async move { handler.handle(task, cancel).await }
-    });
-    let ended = tokio::select! {
-        joined = &mut handle => ended(joined),
-        () = cancel.cancelled() => {
-            // The handler heard it too: give it the time to stop on its own (and, on
-            // shutdown, to finish) before it is dropped.
-            match tokio::time::timeout(shared.config.cancel_grace, &mut handle).await {
-                Ok(joined) => ended(joined),
-                Err(_) => Ended::Aborted,
-            }
-        }
-    };
-    // What a handler returns after its cancellation fired is discarded (lost task) or
-    // handed back (shutdown), unless it finished its work.
-    let ended = if lost.load(Ordering::Relaxed) {
-        Ended::Lost
-    } else if shared.abort.is_cancelled() && !matches!(ended, Ended::Returned(Ok(_))) {
-        Ended::Aborted
-    } else {
-        ended
-    };
-    heartbeat.abort();
-    if matches!(ended, Ended::Lost | Ended::Aborted) {
-        handle.abort();
-    }
-    let (outcome, recorded) = record(shared, id, attempts, ended).await;
-    match recorded {
-        Ok(()) => tracing::debug!(outcome, "task ended"),
-        Err(err) => {
-            tracing::warn!(error = %err, "could not record the task's end; its lease will run out");
-            add(&shared.counters.lost, 1);
-        }
-    }
-    metrics::handled(outcome, started.elapsed());
-}
-
-/// How the handler's task ended, as far as it returned.
-fn ended(
-    joined: Result<Result<Option<serde_json::Value>, HandlerError>, tokio::task::JoinError>,
-) -> Ended {
-    match joined {
-        Ok(returned) => Ended::Returned(returned),
-        Err(err) if err.is_panic() => Ended::Panicked(panic_message(err)),
-        Err(_) => Ended::Aborted,
-    }
-}
-
-/// Records how a task ended; returns the outcome's name for metrics.
-async fn record(
-    shared: &Shared,
-    id: uuid::Uuid,
-    attempts: i32,
-    ended: Ended,
-) -> (&'static str, Result<(), DedupError>) {
-    let (db, worker_id, counters) = (&shared.db, shared.config.id.as_str(), &shared.counters);
-    let retry_or_fail = |message: String| async move {
-        let retry = shared.config.retry.after_attempt(attempts);
-        let task = db.fail(id, worker_id, &message, retry).await?;
-        let requeued = task.status == crate::TaskStatus::Queued;
-        if let (true, Retry::After(delay)) = (requeued, retry)
-            && !delay.is_zero()
-        {
-            // The database's clock set `run_at` before `fail` returned, so this is no
-            // earlier than the task falls due.
-            shared
-                .retries_due
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .push(Reverse(Instant::now() + delay));
-            shared.retry_scheduled.notify_waiters();
-        }
-        Ok::<_, DedupError>(requeued)
-    };
-    match ended {
-        Ended::Returned(Ok(result)) => {
-            match crate::worker::complete_quietly(db, id, worker_id, result).await {
-                Ok(_) => {
-                    add(&counters.completed, 1);
-                    ("completed", Ok(()))
-                }
-                Err(err) => ("lost", Err(err)),
-            }
-        }
-        Ended::Returned(Err(HandlerError::Retry(message))) => {
-            match retry_or_fail(truncated(message)).await {
-                Ok(true) => {
-                    add(&counters.retried, 1);
-                    ("retried", Ok(()))
-                }
-                Ok(false) => {
-                    add(&counters.failed, 1);
-                    ("failed", Ok(()))
-                }
-                Err(err) => ("lost", Err(err)),
-            }
-        }
-        Ended::Returned(Err(HandlerError::Fail(message))) => {
-            match db
-                .fail(id, worker_id, &truncated(message), Retry::Never)
-                .await
-            {
-                Ok(_) => {
-                    add(&counters.failed, 1);
-                    ("failed", Ok(()))
-                }
-                Err(err) => ("lost", Err(err)),
-            }
-        }
-        Ended::Panicked(message) => {
-            add(&counters.panicked, 1);
-            tracing::error!(panic = %message, "handler panicked");
-            match retry_or_fail(truncated(format!("handler panicked: {message}"))).await {
-                Ok(true) => {
-                    add(&counters.retried, 1);
-                    ("retried", Ok(()))
-                }
-                Ok(false) => {
-                    add(&counters.failed, 1);
-                    ("failed", Ok(()))
-                }
-                Err(err) => ("lost", Err(err)),
-            }
-        }
-        Ended::Lost => {
-            add(&counters.lost, 1);
-            ("lost", Ok(()))
-        }
-        Ended::Aborted => match db.release(id, worker_id).await {
-            Ok(_) => {
-                add(&counters.released, 1);
-                ("released", Ok(()))
-            }
-            Err(err) => ("lost", Err(err)),
-        },
-    }
-}
-
-/// Renews the lease of task `id` every heartbeat interval while its handler runs. When
-/// the task is gone from under it (cancelled, finished, or reaped and claimed by another
-/// worker), marks it lost and fires the handler's cancellation. Other errors (a lost
-/// connection) are retried at the next beat: the lease outlasts a few of them.
-async fn heartbeat(
-    shared: Arc<Shared>,
-    id: uuid::Uuid,
-    cancel: CancellationToken,
-    lost: Arc<AtomicBool>,
-) {
-    let config = &shared.config;
-    loop {
-        tokio::time::sleep(config.heartbeat_every).await;
-        match shared.db.heartbeat(id, &config.id, config.lease).await {
-            Ok(_) => {}
-            Err(
-                err @ (DedupError::InvalidTransition { .. }
-                | DedupError::LeaseNotHeld { .. }
-                | DedupError::NotFound { .. }),
-            ) => {
-                tracing::info!(task_id = %id, error = %err, "task taken away while it ran; cancelling its handler");
-                lost.store(true, Ordering::Relaxed);
-                cancel.cancel();
-                return;
-            }
-            Err(err) => {
-                tracing::warn!(task_id = %id, error = %err, "heartbeat failed; trying at the next beat")
-            }
-        }
-    }
-}
-
 /// Reaps expired leases every `reap_every`, give or take a fifth, until `stop`.
 async fn reap(shared: Arc<Shared>, stop: CancellationToken) {
     let config = &shared.config;
@@ -599,35 +426,12 @@ async fn reap(shared: Arc<Shared>, stop: CancellationToken) {
             () = stop.cancelled() => return,
             () = tokio::time::sleep(config.reap_every.mul_f64(jitter)) => {}
         }
-        match shared.db.reap_expired(&config.retry).await {
+        match shared.db().reap_expired(&config.retry).await {
             Ok(report) => {
                 add(&shared.counters.reaped_requeued, report.requeued);
                 add(&shared.counters.reaped_failed, report.failed);
             }
             Err(err) => tracing::warn!(error = %err, "reaping failed; trying at the next interval"),
         }
-    }
-}
-
-/// A panic's message, as far as it has one.
-fn panic_message(err: tokio::task::JoinError) -> String {
-    match err.try_into_panic() {
-        Ok(payload) => payload
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a panic without a message".to_owned()),
-        Err(_) => "cancelled".to_owned(),
-    }
-}
-
-/// `message`, cut to what the `error` column holds.
-fn truncated(message: String) -> String {
-    let limit = task_run::ERROR_MAX_CHARS;
-    let clean = message.replace('\0', "\u{fffd}");
-    if clean.chars().count() <= limit {
-        clean
-    } else {
-        clean.chars().take(limit).collect()
     }
 }

@@ -1,6 +1,7 @@
 //! [`WorkerBuilder`]: a [`Worker`]'s configuration, with defaults and validation.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,9 +9,10 @@ use sea_orm::DatabaseConnection;
 
 use super::handler::Handler;
 use super::{Wakeups, Worker};
-use crate::error::{DedupError, InvalidReason};
-use crate::retry::RetryPolicy;
-use crate::validate;
+use crate::backoff::RetryPolicy;
+use crate::connection::DEFAULT_RETRY_BUDGET;
+use crate::error::DedupError;
+use crate::validate::{self, InvalidArgument, InvalidReason};
 
 /// Builds a [`Worker`]: `Worker::builder(db)`, then the settings, then
 /// [`build`](Self::build). Every setting but the handler has a default.
@@ -31,7 +33,31 @@ pub struct WorkerBuilder {
     pub(super) poll_min: Duration,
     pub(super) poll_max: Duration,
     pub(super) fallback_poll: Duration,
+    pub(super) retry_budget: Duration,
     pub(super) handler: Option<Arc<dyn Handler>>,
+}
+
+impl fmt::Debug for WorkerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WorkerBuilder")
+            .field("id", &self.id)
+            .field("task_types", &self.task_types)
+            .field("limits", &self.limits)
+            .field("concurrency", &self.concurrency)
+            .field("lease", &self.lease)
+            .field("heartbeat_every", &self.heartbeat_every)
+            .field("retry", &self.retry)
+            .field("reap_every", &self.reap_every)
+            .field("shutdown_grace", &self.shutdown_grace)
+            .field("cancel_grace", &self.cancel_grace)
+            .field("wakeups", &self.wakeups)
+            .field("poll_min", &self.poll_min)
+            .field("poll_max", &self.poll_max)
+            .field("fallback_poll", &self.fallback_poll)
+            .field("retry_budget", &self.retry_budget)
+            .field("handler", &self.handler.as_ref().map(|_| "..."))
+            .finish_non_exhaustive()
+    }
 }
 
 impl WorkerBuilder {
@@ -52,6 +78,7 @@ impl WorkerBuilder {
             poll_min: Duration::from_millis(50),
             poll_max: Duration::from_secs(2),
             fallback_poll: Duration::from_secs(5),
+            retry_budget: DEFAULT_RETRY_BUDGET,
             handler: None,
         }
     }
@@ -155,6 +182,14 @@ impl WorkerBuilder {
         self
     }
 
+    /// How long the worker's claims, heartbeats and task endings keep retrying on a
+    /// fresh connection after theirs was lost. Default
+    /// [`DEFAULT_RETRY_BUDGET`](crate::DEFAULT_RETRY_BUDGET), 5 s.
+    pub fn retry_budget(mut self, budget: Duration) -> WorkerBuilder {
+        self.retry_budget = budget;
+        self
+    }
+
     /// What runs each task (required): a [`Handler`], such as an `async` closure
     /// `|task, cancel| async move { ... }`.
     pub fn handler(mut self, handler: impl Handler) -> WorkerBuilder {
@@ -170,10 +205,8 @@ impl WorkerBuilder {
     /// heartbeat not shorter than the lease, an invalid retry policy, a poll interval of
     /// 0 or with `min > max`, a fallback poll of 0, an invalid worker id or task type.
     pub fn build(self) -> Result<Worker, DedupError> {
-        let invalid = |name, expected| DedupError::InvalidArgument {
-            name,
-            reason: InvalidReason::OutOfRange(expected),
-        };
+        let invalid =
+            |name, expected| DedupError::from(InvalidArgument::out_of_range(name, expected));
         let Some(handler) = self.handler.clone() else {
             return Err(DedupError::InvalidArgument {
                 name: "handler",
@@ -237,6 +270,7 @@ impl WorkerBuilder {
                 poll_min: self.poll_min,
                 poll_max: self.poll_max,
                 fallback_poll: self.fallback_poll,
+                retry_budget: self.retry_budget,
             }),
             handler,
         })

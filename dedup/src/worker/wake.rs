@@ -1,6 +1,6 @@
 //! How a waiting [`Worker`](super::Worker) learns that there is work: PostgreSQL
 //! LISTEN/NOTIFY, an in-process doorbell on SQLite, or polling. The sending side is
-//! [`crate::wakeup`].
+//! [`crate::notify`].
 
 use std::sync::Arc;
 
@@ -9,8 +9,11 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::executor::Pool;
+
 /// How a [`Worker`](super::Worker) learns of new tasks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Wakeups {
     /// The best the database offers.
     ///
@@ -55,25 +58,24 @@ impl Waker {
             return polling;
         }
         let _ = (tracker, &stop);
-        match &db.inner {
+        #[allow(unreachable_patterns)]
+        match Pool::of(db) {
             #[cfg(feature = "postgres")]
-            sea_orm::DatabaseConnectionType::SqlxPostgresPoolConnection(_) => {
+            Some(Pool::Postgres(pool)) => {
                 let bell = Arc::new(Notify::new());
-                let pool = db.get_postgres_connection_pool().clone();
-                tracker.spawn(listen(pool, bell.clone(), stop));
+                tracker.spawn(listen(pool.clone(), bell.clone(), stop));
                 Waker {
                     bell: Some(bell),
                     replaces_polling: true,
                 }
             }
             #[cfg(feature = "sqlite")]
-            sea_orm::DatabaseConnectionType::SqlxSqlitePoolConnection(_) => {
-                let options = db.get_sqlite_connection_pool().connect_options();
-                Waker {
-                    bell: Some(crate::wakeup::doorbell(options.get_filename())),
-                    replaces_polling: false,
-                }
-            }
+            Some(Pool::Sqlite(pool)) => Waker {
+                bell: Some(crate::notify::doorbell(
+                    pool.connect_options().get_filename(),
+                )),
+                replaces_polling: false,
+            },
             _ => polling,
         }
     }
@@ -89,7 +91,7 @@ async fn listen(pool: sea_orm::sqlx::PgPool, bell: Arc<Notify>, stop: Cancellati
     loop {
         let listener = async {
             let mut listener = PgListener::connect_with(&pool).await?;
-            listener.listen(crate::wakeup::CHANNEL).await?;
+            listener.listen(crate::dialect::postgres::CHANNEL).await?;
             bell.notify_waiters();
             loop {
                 // `None`: the connection was lost and is listening again; what was

@@ -9,20 +9,21 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sea_orm::{DbErr, TransactionSession, TransactionTrait};
 use uuid::Uuid;
 
 use crate::TaskStatus;
+use crate::backoff::{Retry, RetryPolicy};
 use crate::connection::DedupConnection;
-use crate::dialect::{Dialect, Statements};
+use crate::dialect::Failure;
 use crate::error::{DedupError, Transition};
-use crate::reconnect::{self, Retrying};
-use crate::retry::{Retry, RetryPolicy};
+use crate::executor::{Change, Executor};
+use crate::retry::Retrying;
 use crate::task_run;
 use crate::validate;
 
 /// What [`TaskWorker::reap_expired`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ReapReport {
     /// Running tasks whose lease expired, returned to `queued` for another attempt.
     pub requeued: u64,
@@ -35,9 +36,15 @@ pub struct ReapReport {
 /// retry tasks, reap the leases of crashed workers and prune old history.
 ///
 /// Lease and due times come from the database's clock, so workers on several machines
-/// agree. Implemented for the same handles as [`TaskDedup`](crate::TaskDedup).
+/// agree. Implemented for the same handles as [`TaskDedup`](crate::TaskDedup); sealed
+/// likewise.
+///
+/// A lost connection (on a pool) is retried within the handle's retry budget, and a
+/// deadlock outside the caller's transaction is run again, as for `find_or_enqueue`;
+/// every transition is idempotent for its caller, so a repeat after an attempt that took
+/// effect returns what it stored.
 #[async_trait]
-pub trait TaskWorker {
+pub trait TaskWorker: crate::connection::sealed::Sealed {
     /// Atomically moves the next due `queued` task (of `task_types`, or of any type when
     /// empty) to `running`, owned by `worker_id` until now + `lease`: the highest
     /// priority first, then the oldest `run_at`, then the oldest task; a task whose
@@ -183,7 +190,7 @@ enum Guard<'a> {
 
 #[async_trait]
 impl<C: DedupConnection> TaskWorker for C {
-    #[tracing::instrument(level = "debug", skip_all, fields(dialect = ?self.get_database_backend(), worker_id = %worker_id, ?task_types))]
+    #[tracing::instrument(level = "debug", skip_all, fields(worker_id = %worker_id, ?task_types))]
     async fn claim(
         &self,
         worker_id: &str,
@@ -196,7 +203,7 @@ impl<C: DedupConnection> TaskWorker for C {
             .pop())
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(dialect = ?self.get_database_backend(), worker_id = %worker_id, ?task_types, max))]
+    #[tracing::instrument(level = "debug", skip_all, fields(worker_id = %worker_id, ?task_types, max))]
     async fn claim_many(
         &self,
         worker_id: &str,
@@ -208,20 +215,14 @@ impl<C: DedupConnection> TaskWorker for C {
         validate::task_types(task_types)?;
         let lease_micros = validate::lease_micros(lease)?;
         let max = validate::claim_max(max)?;
-        let dialect = Dialect::of(self)?;
-        // Again after a deadlock, which took nothing; not after a lost connection (see
-        // `claim`).
-        let mut aborted = 0;
+        let mut exec = Executor::new(self.target())?;
+        // A claim lost with its connection is not run again (it may have taken effect:
+        // its tasks come back through the reaper); an aborted one took nothing.
+        let mut retrying = Retrying::new(self, Some(Duration::ZERO), "claim");
         let claimed = loop {
-            let err = match dialect
-                .claim(self, worker_id, task_types, lease_micros, max)
-                .await
-            {
-                Ok(claimed) => break claimed,
-                Err(err) => DedupError::from(err),
-            };
-            if !again_after_abort(self, "claim", &mut aborted, &err).await {
-                return Err(err);
+            let attempt = async { Ok(exec.claim(worker_id, task_types, lease_micros, max).await?) };
+            if let Some(outcome) = retrying.run(attempt).await {
+                break outcome?;
             }
         };
         for task in &claimed {
@@ -234,7 +235,7 @@ impl<C: DedupConnection> TaskWorker for C {
         Ok(claimed)
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(dialect = ?self.get_database_backend(), task_id = %id, worker_id = %worker_id))]
+    #[tracing::instrument(level = "debug", skip_all, fields(task_id = %id, worker_id = %worker_id))]
     async fn heartbeat(
         &self,
         id: Uuid,
@@ -243,27 +244,18 @@ impl<C: DedupConnection> TaskWorker for C {
     ) -> Result<task_run::Model, DedupError> {
         validate::worker_id(worker_id)?;
         let lease_micros = validate::lease_micros(lease)?;
-        let dialect = Dialect::of(self)?;
         let guard = Guard::LeaseHolder {
             worker_id,
             done: &[TaskStatus::Running],
         };
-        retried(self, "heartbeat", || {
-            let values = vec![dialect.duration(lease_micros), id.into(), worker_id.into()];
-            transition(
-                self,
-                dialect,
-                Transition::Heartbeat,
-                id,
-                guard,
-                |s| s.heartbeat,
-                values,
-            )
-        })
-        .await
+        let change = Change::Heartbeat {
+            lease_micros,
+            worker_id,
+        };
+        retried(self, id, Op::Plain(Transition::Heartbeat, guard, change)).await
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(dialect = ?self.get_database_backend(), task_id = %id, worker_id = %worker_id))]
+    #[tracing::instrument(level = "debug", skip_all, fields(task_id = %id, worker_id = %worker_id))]
     async fn complete(
         &self,
         id: Uuid,
@@ -272,28 +264,20 @@ impl<C: DedupConnection> TaskWorker for C {
     ) -> Result<task_run::Model, DedupError> {
         validate::worker_id(worker_id)?;
         validate::json("result", result.as_ref())?;
-        let dialect = Dialect::of(self)?;
         let guard = Guard::LeaseHolder {
             worker_id,
             done: &[TaskStatus::Succeeded],
         };
-        retried(self, "complete", || {
-            let values = vec![result.clone().into(), id.into(), worker_id.into()];
-            transition(
-                self,
-                dialect,
-                Transition::Complete,
-                id,
-                guard,
-                |s| s.complete,
-                values,
-            )
-        })
-        .await
-        .inspect(|_| crate::metrics::finished("completed"))
+        let change = Change::Complete {
+            result: result.as_ref(),
+            worker_id,
+        };
+        let task = retried(self, id, Op::Plain(Transition::Complete, guard, change)).await?;
+        crate::metrics::finished("completed");
+        Ok(task)
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(dialect = ?self.get_database_backend(), task_id = %id, worker_id = %worker_id, ?retry))]
+    #[tracing::instrument(level = "debug", skip_all, fields(task_id = %id, worker_id = %worker_id, ?retry))]
     async fn fail(
         &self,
         id: Uuid,
@@ -307,15 +291,16 @@ impl<C: DedupConnection> TaskWorker for C {
             Retry::Never => None,
             Retry::After(delay) => Some(validate::micros("retry", delay)?),
         };
-        let dialect = Dialect::of(self)?;
-        let task = retried(self, "fail", || {
-            fail_once(self, dialect, id, worker_id, error, delay_micros)
-        })
-        .await?;
+        let op = Op::Fail {
+            worker_id,
+            error,
+            delay_micros,
+        };
+        let task = retried(self, id, op).await?;
         if task.status == TaskStatus::Queued {
             crate::metrics::finished("retried");
             if delay_micros == Some(0) {
-                crate::wakeup::task_due(self).await?;
+                crate::notify::task_due(&mut Executor::new(self.target())?).await?;
             }
         } else {
             crate::metrics::finished("failed");
@@ -323,64 +308,54 @@ impl<C: DedupConnection> TaskWorker for C {
         Ok(task)
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(dialect = ?self.get_database_backend(), task_id = %id))]
+    #[tracing::instrument(level = "debug", skip_all, fields(task_id = %id))]
     async fn cancel(&self, id: Uuid, reason: &str) -> Result<task_run::Model, DedupError> {
         validate::error_text("reason", reason)?;
-        let dialect = Dialect::of(self)?;
-        retried(self, "cancel", || {
-            let values = vec![reason.into(), id.into()];
-            transition(
-                self,
-                dialect,
-                Transition::Cancel,
-                id,
-                Guard::Active,
-                |s| s.cancel,
-                values,
-            )
-        })
-        .await
-        .inspect(|_| crate::metrics::finished("cancelled"))
+        let change = Change::Cancel { reason };
+        let task = retried(
+            self,
+            id,
+            Op::Plain(Transition::Cancel, Guard::Active, change),
+        )
+        .await?;
+        crate::metrics::finished("cancelled");
+        Ok(task)
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(dialect = ?self.get_database_backend(), task_id = %id, worker_id = %worker_id))]
+    #[tracing::instrument(level = "debug", skip_all, fields(task_id = %id, worker_id = %worker_id))]
     async fn release(&self, id: Uuid, worker_id: &str) -> Result<task_run::Model, DedupError> {
         validate::worker_id(worker_id)?;
-        let dialect = Dialect::of(self)?;
-        let task = retried(self, "release", || {
-            release_once(self, dialect, id, worker_id)
-        })
-        .await?;
+        let task = retried(self, id, Op::Release { worker_id }).await?;
         if task.status == TaskStatus::Queued {
             crate::metrics::finished("released");
-            crate::wakeup::task_due(self).await?;
+            crate::notify::task_due(&mut Executor::new(self.target())?).await?;
         } else {
             crate::metrics::finished("cancelled");
         }
         Ok(task)
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(dialect = ?self.get_database_backend()))]
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn reap_expired(&self, policy: &RetryPolicy) -> Result<ReapReport, DedupError> {
         policy.validate()?;
-        let dialect = Dialect::of(self)?;
+        let mut exec = Executor::new(self.target())?;
         let mut report = ReapReport::default();
         let last_attempt = format!(
             "lease expired on the last allowed attempt (max_attempts = {})",
             policy.max_attempts
         );
-        for (id, attempts) in dialect.expired(self).await? {
+        for (id, attempts) in exec.expired().await? {
             let requeued = match policy.after_attempt(attempts) {
                 Retry::Never => false,
                 Retry::After(delay) => {
-                    let delay = dialect.duration(validate::micros("retry", delay)?);
-                    match requeue(self, dialect, id, delay).await {
+                    let delay_micros = validate::micros("retry", delay)?;
+                    match requeue(&mut exec, id, delay_micros).await {
                         Ok(requeued) => {
                             report.requeued += u64::from(requeued);
                             continue;
                         }
-                        Err(err) if dialect.is_held_key_violation(&err) => true,
-                        Err(err) => return Err(err.into()),
+                        Err(failure) if failure.is_held_key() => true,
+                        Err(failure) => return Err(failure.into()),
                     }
                 }
             };
@@ -389,14 +364,11 @@ impl<C: DedupConnection> TaskWorker for C {
             } else {
                 last_attempt.clone()
             };
-            let failed = dialect
-                .reap(self, |s| s.reap_fail, vec![error.into(), id.into()])
-                .await?;
-            report.failed += u64::from(failed);
+            report.failed += u64::from(exec.reap_fail(id, &error).await?);
         }
         crate::metrics::reaped(report.requeued, report.failed);
         if report.requeued > 0 {
-            crate::wakeup::task_due(self).await?;
+            crate::notify::task_due(&mut exec).await?;
         }
         if report != ReapReport::default() {
             tracing::info!(
@@ -408,75 +380,110 @@ impl<C: DedupConnection> TaskWorker for C {
         Ok(report)
     }
 
-    #[tracing::instrument(level = "debug", skip_all, fields(dialect = ?self.get_database_backend()))]
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn prune_finished(&self, older_than: Duration) -> Result<u64, DedupError> {
         let micros = validate::micros("older_than", older_than)?;
-        let dialect = Dialect::of(self)?;
-        let pruned = dialect.prune(self, micros).await?;
+        let pruned = Executor::new(self.target())?.prune(micros).await?;
         tracing::debug!(pruned, "finished tasks pruned");
         Ok(pruned)
     }
 }
 
-/// How often an operation outside a transaction is run again after the database
-/// aborted it to break a deadlock.
-const MAX_ABORTED_ATTEMPTS: u32 = 8;
+/// One of the lifecycle's operations on a task, as its attempts run it.
+#[derive(Clone, Copy)]
+enum Op<'a> {
+    /// A compare-and-set transition.
+    Plain(Transition, Guard<'a>, Change<'a>),
+    /// `fail`, with a retry after `delay_micros` or for good.
+    Fail {
+        worker_id: &'a str,
+        error: &'a str,
+        delay_micros: Option<i64>,
+    },
+    /// `release`.
+    Release { worker_id: &'a str },
+}
 
-/// Runs the operation `make` builds until it gives an outcome: again on a fresh
-/// connection after a lost one (on a pool, within the default retry budget), and again
-/// after a deadlock the database broke by aborting it (outside a caller's transaction,
-/// [`MAX_ABORTED_ATTEMPTS`] times). The transitions are idempotent for their caller, so
-/// a repeat after an attempt that took effect returns what it stored; an aborted claim
-/// took nothing.
-async fn retried<C, T, F, Fut>(
-    db: &C,
-    operation: &'static str,
-    mut make: F,
-) -> Result<T, DedupError>
-where
-    C: DedupConnection,
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, DedupError>>,
-{
-    let mut retrying = Retrying::new(db, reconnect::default_retry_budget(), operation);
-    let mut aborted = 0;
-    loop {
-        match retrying.run(make()).await {
-            None => {}
-            Some(Err(err)) if again_after_abort(db, operation, &mut aborted, &err).await => {}
-            Some(outcome) => return outcome,
+impl Op<'_> {
+    fn name(self) -> &'static str {
+        match self {
+            Op::Plain(Transition::Heartbeat, ..) => "heartbeat",
+            Op::Plain(Transition::Complete, ..) => "complete",
+            Op::Plain(Transition::Cancel, ..) => "cancel",
+            Op::Plain(Transition::Fail, ..) | Op::Fail { .. } => "fail",
+            Op::Plain(Transition::Release, ..) | Op::Release { .. } => "release",
+        }
+    }
+
+    /// One attempt.
+    async fn attempt(
+        self,
+        exec: &mut Executor<'_>,
+        id: Uuid,
+    ) -> Result<task_run::Model, DedupError> {
+        match self {
+            Op::Plain(transition, guard, change) => {
+                apply(exec, transition, id, guard, change).await
+            }
+            Op::Fail {
+                worker_id,
+                error,
+                delay_micros,
+            } => fail_once(exec, id, worker_id, error, delay_micros).await,
+            Op::Release { worker_id } => release_once(exec, id, worker_id).await,
         }
     }
 }
 
-/// Whether to run an operation that failed with `err` again: when the database aborted
-/// it to break a deadlock, outside a caller's transaction (whose work is gone with it),
-/// fewer than [`MAX_ABORTED_ATTEMPTS`] times; then after a short random pause.
-async fn again_after_abort<C: DedupConnection>(
+/// Runs `op` on task `id` until it gives an outcome, through the one retry driver:
+/// again on a fresh connection after a lost one, and again after a deadlock the database
+/// broke by aborting it (outside a caller's transaction). The transitions are idempotent
+/// for their caller, so a repeat after an attempt that took effect returns what it
+/// stored.
+async fn retried<C: DedupConnection>(
     db: &C,
-    operation: &'static str,
-    aborted: &mut u32,
-    err: &DedupError,
-) -> bool {
-    if !matches!(err, DedupError::TransactionAborted(_))
-        || db.in_transaction()
-        || *aborted + 1 >= MAX_ABORTED_ATTEMPTS
-    {
-        return false;
+    id: Uuid,
+    op: Op<'_>,
+) -> Result<task_run::Model, DedupError> {
+    let mut exec = Executor::new(db.target())?;
+    let mut retrying = Retrying::new(db, None, op.name());
+    loop {
+        if let Some(outcome) = retrying.run(op.attempt(&mut exec, id)).await {
+            return outcome;
+        }
     }
-    *aborted += 1;
-    tracing::debug!(operation, attempt = *aborted, error = %err, "aborted by a deadlock; running it again");
-    tokio::time::sleep(crate::enqueue::backoff(*aborted)).await;
-    true
+}
+
+/// How a change run in a savepoint ended.
+enum Savepoint {
+    /// Committed: the row as it is now, or `None` when its guard did not match.
+    Applied(Option<Box<task_run::Model>>),
+    /// Rolled back: the task would have taken a key another task holds (a follow-up
+    /// queued behind a `Scope::Queued` task).
+    KeyHeld,
+}
+
+/// Runs `change` of task `id` in a savepoint or short transaction: on PostgreSQL a
+/// unique violation would otherwise abort the caller's transaction.
+async fn in_savepoint(
+    exec: &mut Executor<'_>,
+    id: Uuid,
+    change: Change<'_>,
+) -> Result<Savepoint, DedupError> {
+    let mut txn = exec.begin(false).await?;
+    let outcome = txn.transition(id, change).await;
+    let held = matches!(&outcome, Err(failure) if failure.is_held_key());
+    match txn.finish(outcome).await {
+        Ok(task) => Ok(Savepoint::Applied(task.map(Box::new))),
+        Err(_) if held => Ok(Savepoint::KeyHeld),
+        Err(failure) => Err(failure.into()),
+    }
 }
 
 /// One attempt of `fail`: the final failure, or the retry (`delay_micros`) in a
-/// savepoint or short transaction: on PostgreSQL a unique violation (a follow-up queued
-/// behind a `Scope::Queued` task) would otherwise abort the caller's transaction; then
-/// the final failure instead.
-async fn fail_once<C: DedupConnection>(
-    db: &C,
-    dialect: Dialect,
+/// savepoint; when a follow-up of the key is queued, the final failure instead.
+async fn fail_once(
+    exec: &mut Executor<'_>,
     id: Uuid,
     worker_id: &str,
     error: &str,
@@ -486,52 +493,34 @@ async fn fail_once<C: DedupConnection>(
         worker_id,
         done: FAILED_OR_RETRIED,
     };
-    let final_failure = |error: String| {
-        let values = vec![error.into(), id.into(), worker_id.into()];
-        transition(db, dialect, Transition::Fail, id, guard, |s| s.fail, values)
-    };
     let Some(delay_micros) = delay_micros else {
-        return final_failure(error.to_owned()).await;
+        let change = Change::Fail { error, worker_id };
+        return apply(exec, Transition::Fail, id, guard, change).await;
     };
-    let values = vec![
-        error.into(),
-        dialect.duration(delay_micros),
-        id.into(),
-        worker_id.into(),
-    ];
-    let txn = db.begin().await?;
-    match transition(
-        &txn,
-        dialect,
-        Transition::Fail,
-        id,
-        guard,
-        |s| s.retry,
-        values,
-    )
-    .await
-    {
-        Ok(task) => {
-            txn.commit().await?;
-            Ok(task)
-        }
-        Err(DedupError::Database(err)) if dialect.is_held_key_violation(&err) => {
-            txn.rollback().await?;
+    let retry = Change::Retry {
+        error,
+        delay_micros,
+        worker_id,
+    };
+    match in_savepoint(exec, id, retry).await? {
+        Savepoint::Applied(Some(task)) => Ok(*task),
+        Savepoint::Applied(None) => not_applied(exec, Transition::Fail, id, guard).await,
+        Savepoint::KeyHeld => {
             tracing::info!(task_id = %id, "not retried: a follow-up of this key is queued");
-            final_failure(not_retried(error)).await
-        }
-        Err(err) => {
-            let _ = txn.rollback().await;
-            Err(err)
+            let error = not_retried(error);
+            let change = Change::Fail {
+                error: &error,
+                worker_id,
+            };
+            apply(exec, Transition::Fail, id, guard, change).await
         }
     }
 }
 
-/// One attempt of `release`, in a savepoint or short transaction like `fail`'s retry:
-/// a follow-up queued behind a `Scope::Queued` task makes the release a cancellation.
-async fn release_once<C: DedupConnection>(
-    db: &C,
-    dialect: Dialect,
+/// One attempt of `release`, in a savepoint like `fail`'s retry: a follow-up queued
+/// behind a `Scope::Queued` task makes the release a cancellation.
+async fn release_once(
+    exec: &mut Executor<'_>,
     id: Uuid,
     worker_id: &str,
 ) -> Result<task_run::Model, DedupError> {
@@ -539,42 +528,20 @@ async fn release_once<C: DedupConnection>(
         worker_id,
         done: &[TaskStatus::Queued, TaskStatus::Cancelled],
     };
-    let values = vec![id.into(), worker_id.into()];
-    let txn = db.begin().await?;
-    match transition(
-        &txn,
-        dialect,
-        Transition::Release,
-        id,
-        guard,
-        |s| s.release,
-        values,
-    )
-    .await
-    {
-        Ok(task) => {
-            txn.commit().await?;
-            Ok(task)
-        }
-        Err(DedupError::Database(err)) if dialect.is_held_key_violation(&err) => {
-            txn.rollback().await?;
+    match in_savepoint(exec, id, Change::Release { worker_id }).await? {
+        Savepoint::Applied(Some(task)) => Ok(*task),
+        Savepoint::Applied(None) => not_applied(exec, Transition::Release, id, guard).await,
+        Savepoint::KeyHeld => {
             let reason = "released by its worker; not requeued: another task of this key is \
                           queued and will do the work";
-            let values = vec![reason.into(), id.into()];
-            transition(
-                db,
-                dialect,
+            apply(
+                exec,
                 Transition::Release,
                 id,
                 guard,
-                |s| s.cancel,
-                values,
+                Change::Cancel { reason },
             )
             .await
-        }
-        Err(err) => {
-            let _ = txn.rollback().await;
-            Err(err)
         }
     }
 }
@@ -587,49 +554,31 @@ fn not_retried(error: &str) -> String {
     format!("{error} (not retried: another task of this key is queued and will do the work)")
 }
 
-/// Requeues expired task `id` after `delay`, in a savepoint or short transaction (a
-/// unique violation must not abort a caller's transaction on PostgreSQL). Whether it
+/// Requeues expired task `id` after `delay_micros`, in a savepoint or short transaction
+/// (a unique violation must not abort a caller's transaction on PostgreSQL). Whether it
 /// applied.
-async fn requeue<C: DedupConnection>(
-    db: &C,
-    dialect: Dialect,
-    id: Uuid,
-    delay: sea_orm::Value,
-) -> Result<bool, DbErr> {
-    let txn = db.begin().await?;
-    match dialect
-        .reap(&txn, |s| s.reap_requeue, vec![delay, id.into()])
-        .await
-    {
-        Ok(requeued) => {
-            txn.commit().await?;
-            Ok(requeued)
-        }
-        Err(err) => {
-            txn.rollback().await?;
-            Err(err)
-        }
-    }
+async fn requeue(exec: &mut Executor<'_>, id: Uuid, delay_micros: i64) -> Result<bool, Failure> {
+    let mut txn = exec.begin(false).await?;
+    let outcome = txn.reap_requeue(id, delay_micros).await;
+    txn.finish(outcome).await
 }
 
-/// Applies the transition `pick` selects to task `id` if `guard` holds; otherwise reads
-/// the row to say why not, or, when the transition already took effect for this caller
-/// (a call repeated after a lost connection), returns the row as stored. The read only
-/// explains a refusal; the decision was the UPDATE's.
-async fn transition<C: sea_orm::ConnectionTrait + TransactionTrait>(
-    db: &C,
-    dialect: Dialect,
+/// Applies `change` to task `id` if `guard` holds; otherwise reads the row to say why
+/// not, or, when the transition already took effect for this caller (a call repeated
+/// after a lost connection), returns the row as stored. The read only explains a
+/// refusal; the decision was the UPDATE's.
+async fn apply(
+    exec: &mut Executor<'_>,
     transition: Transition,
     id: Uuid,
     guard: Guard<'_>,
-    pick: fn(&Statements) -> &'static str,
-    values: Vec<sea_orm::Value>,
+    change: Change<'_>,
 ) -> Result<task_run::Model, DedupError> {
-    if let Some(task) = dialect.transition(db, pick, values, id).await? {
+    if let Some(task) = exec.transition(id, change).await? {
         tracing::debug!(task_id = %id, %transition, status = %task.status, "task transitioned");
         return Ok(task);
     }
-    not_applied(db, dialect, transition, id, guard).await
+    not_applied(exec, transition, id, guard).await
 }
 
 /// Completes task `id` as [`TaskWorker::complete`] does, without reading it back: the
@@ -644,39 +593,43 @@ pub(crate) async fn complete_quietly<C: DedupConnection>(
 ) -> Result<(), DedupError> {
     validate::worker_id(worker_id)?;
     validate::json("result", result.as_ref())?;
-    let dialect = Dialect::of(db)?;
     let guard = Guard::LeaseHolder {
         worker_id,
         done: &[TaskStatus::Succeeded],
     };
-    retried(db, "complete", || async {
-        let values = vec![result.clone().into(), id.into(), worker_id.into()];
-        if dialect
-            .transition_quietly(db, |s| s.complete, values)
-            .await?
-        {
-            tracing::debug!(task_id = %id, transition = %Transition::Complete, "task transitioned");
-            return Ok(());
+    let mut exec = Executor::new(db.target())?;
+    let mut retrying = Retrying::new(db, None, "complete");
+    loop {
+        let attempt = async {
+            if exec
+                .complete_quietly(id, result.as_ref(), worker_id)
+                .await?
+            {
+                tracing::debug!(task_id = %id, transition = %Transition::Complete, "task transitioned");
+                return Ok(());
+            }
+            not_applied(&mut exec, Transition::Complete, id, guard)
+                .await
+                .map(drop)
+        };
+        if let Some(outcome) = retrying.run(attempt).await {
+            outcome?;
+            break;
         }
-        not_applied(db, dialect, Transition::Complete, id, guard)
-            .await
-            .map(drop)
-    })
-    .await?;
+    }
     crate::metrics::finished("completed");
     Ok(())
 }
 
 /// Why a transition of task `id` did not apply, read from the row: or its stored row
 /// when it had already taken effect for this caller.
-async fn not_applied<C: sea_orm::ConnectionTrait + TransactionTrait>(
-    db: &C,
-    dialect: Dialect,
+async fn not_applied(
+    exec: &mut Executor<'_>,
     transition: Transition,
     id: Uuid,
     guard: Guard<'_>,
 ) -> Result<task_run::Model, DedupError> {
-    let Some(task) = dialect.by_id(db, id).await? else {
+    let Some(task) = exec.by_id(id).await? else {
         return Err(DedupError::NotFound { id });
     };
     match guard {

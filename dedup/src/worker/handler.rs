@@ -67,6 +67,7 @@ where
 
 /// How a handler's attempt failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum HandlerError {
     /// Worth another attempt: the task goes back to the queue after the worker's
     /// [`RetryPolicy`](crate::RetryPolicy) backoff, or fails for good after its last

@@ -1,0 +1,313 @@
+//! [`Arg`]: a statement's parameter, borrowed from the caller's values, and how each
+//! group of parameters the statements take is built — a new task's row, a key and its
+//! window, PostgreSQL's arrays of a batch — each written once. Bound straight into sqlx
+//! on a pool, or converted into SeaORM values in a transaction; both store the same
+//! bytes (each value is bound as sea-query-sqlx binds the same value).
+
+use std::borrow::Cow;
+
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+use sea_orm::sqlx;
+use sea_orm::{DbBackend, DbErr, Statement, Value};
+use uuid::Uuid;
+
+use crate::dialect::Dialect;
+use crate::task_run;
+
+type Time = chrono::DateTime<chrono::Utc>;
+
+/// One parameter of a statement.
+#[derive(Debug)]
+pub(crate) enum Arg<'a> {
+    Uuid(Uuid),
+    Str(&'a str),
+    /// Text the dialect renders (a SQLite date modifier, a JSON array of task types).
+    String(String),
+    Json(Option<&'a serde_json::Value>),
+    I16(i16),
+    I64(i64),
+    Time(Time),
+    /// A PostgreSQL array: one column of a batch.
+    #[cfg(feature = "postgres")]
+    Array(Array<'a>),
+}
+
+/// A PostgreSQL array parameter.
+#[cfg(feature = "postgres")]
+#[derive(Debug)]
+pub(crate) enum Array<'a> {
+    Uuid(Vec<Uuid>),
+    Str(Vec<&'a str>),
+    /// Payloads; a task without one is `None` here and `false` in the `has_payload`
+    /// array beside it (an array of SeaORM values cannot hold NULL elements).
+    Json(Vec<Option<&'a serde_json::Value>>),
+    Bool(Vec<bool>),
+    Time(Vec<Time>),
+    I16(Vec<i16>),
+    I64(Vec<i64>),
+}
+
+/// A new task's values, in the order of the INSERT statements' placeholders: id,
+/// user_id, task_type, resource_key, payload, created_at, updated_at, run_at, priority,
+/// scope, dedup_window_end (`status` and `attempts` are literals there).
+pub(crate) fn row(row: &task_run::Model) -> [Arg<'_>; 11] {
+    [
+        Arg::Uuid(row.id),
+        Arg::Str(&row.user_id),
+        Arg::Str(&row.task_type),
+        Arg::Str(&row.resource_key),
+        Arg::Json(row.payload.as_ref()),
+        Arg::Time(row.created_at),
+        Arg::Time(row.updated_at),
+        Arg::Time(row.run_at),
+        Arg::I16(row.priority),
+        Arg::Str(row.scope.as_str()),
+        Arg::I64(row.dedup_window_end),
+    ]
+}
+
+/// A key and its window: user_id, task_type, resource_key, dedup_window_end.
+pub(crate) fn slot([user_id, task_type, resource_key]: [&str; 3], window_end: i64) -> [Arg<'_>; 4] {
+    [
+        Arg::Str(user_id),
+        Arg::Str(task_type),
+        Arg::Str(resource_key),
+        Arg::I64(window_end),
+    ]
+}
+
+/// The key of a row.
+pub(crate) fn key_of(row: &task_run::Model) -> [&str; 3] {
+    [&row.user_id, &row.task_type, &row.resource_key]
+}
+
+/// A duration as the statements take it: microseconds, or on SQLite a date-function
+/// modifier such as `+30.000000 seconds`.
+pub(crate) fn interval(dialect: Dialect, micros: i64) -> Arg<'static> {
+    match dialect {
+        #[cfg(feature = "sqlite")]
+        Dialect::Sqlite => Arg::String(crate::dialect::sqlite::seconds_modifier(micros)),
+        #[allow(unreachable_patterns)]
+        _ => Arg::I64(micros),
+    }
+}
+
+/// The task types a claim asks for: a PostgreSQL array, elsewhere a JSON array.
+pub(crate) fn task_types<'a>(dialect: Dialect, task_types: &[&'a str]) -> Arg<'a> {
+    match dialect {
+        #[cfg(feature = "postgres")]
+        Dialect::Postgres => Arg::Array(Array::Str(task_types.to_vec())),
+        #[allow(unreachable_patterns)]
+        _ => Arg::String(serde_json::Value::from(task_types.to_vec()).to_string()),
+    }
+}
+
+/// The rows of a batch insert: on PostgreSQL one array per column (and the shared
+/// creation time once, `$5`), elsewhere each row's values in turn.
+pub(crate) fn rows<'a>(dialect: Dialect, rows: &[&'a task_run::Model]) -> Vec<Arg<'a>> {
+    #[cfg(feature = "postgres")]
+    if dialect == Dialect::Postgres {
+        let now = rows
+            .first()
+            .map_or_else(task_run::now, |row| row.created_at);
+        return vec![
+            Arg::Array(Array::Uuid(rows.iter().map(|r| r.id).collect())),
+            Arg::Array(Array::Str(
+                rows.iter().map(|r| r.user_id.as_str()).collect(),
+            )),
+            Arg::Array(Array::Str(
+                rows.iter().map(|r| r.task_type.as_str()).collect(),
+            )),
+            Arg::Array(Array::Str(
+                rows.iter().map(|r| r.resource_key.as_str()).collect(),
+            )),
+            Arg::Time(now),
+            Arg::Array(Array::Json(
+                rows.iter().map(|r| r.payload.as_ref()).collect(),
+            )),
+            Arg::Array(Array::Bool(
+                rows.iter().map(|r| r.payload.is_some()).collect(),
+            )),
+            Arg::Array(Array::Time(rows.iter().map(|r| r.run_at).collect())),
+            Arg::Array(Array::I16(rows.iter().map(|r| r.priority).collect())),
+            Arg::Array(Array::Str(rows.iter().map(|r| r.scope.as_str()).collect())),
+            Arg::Array(Array::I64(
+                rows.iter().map(|r| r.dedup_window_end).collect(),
+            )),
+        ];
+    }
+    let _ = dialect;
+    rows.iter().flat_map(|r| row(r)).collect()
+}
+
+/// The keys and windows of a batch lookup: on PostgreSQL one array per column.
+pub(crate) fn slots<'a>(dialect: Dialect, rows: &[&'a task_run::Model]) -> Vec<Arg<'a>> {
+    #[cfg(feature = "postgres")]
+    if dialect == Dialect::Postgres {
+        return vec![
+            Arg::Array(Array::Str(
+                rows.iter().map(|r| r.user_id.as_str()).collect(),
+            )),
+            Arg::Array(Array::Str(
+                rows.iter().map(|r| r.task_type.as_str()).collect(),
+            )),
+            Arg::Array(Array::Str(
+                rows.iter().map(|r| r.resource_key.as_str()).collect(),
+            )),
+            Arg::Array(Array::I64(
+                rows.iter().map(|r| r.dedup_window_end).collect(),
+            )),
+        ];
+    }
+    let _ = dialect;
+    rows.iter()
+        .flat_map(|r| slot(key_of(r), r.dedup_window_end))
+        .collect()
+}
+
+/// Ids: on PostgreSQL one array.
+pub(crate) fn ids(dialect: Dialect, ids: &[Uuid]) -> Vec<Arg<'static>> {
+    #[cfg(feature = "postgres")]
+    if dialect == Dialect::Postgres {
+        return vec![Arg::Array(Array::Uuid(ids.to_vec()))];
+    }
+    let _ = dialect;
+    ids.iter().map(|id| Arg::Uuid(*id)).collect()
+}
+
+impl From<Arg<'_>> for Value {
+    fn from(arg: Arg<'_>) -> Value {
+        match arg {
+            Arg::Uuid(v) => v.into(),
+            Arg::Str(v) => v.into(),
+            Arg::String(v) => v.into(),
+            Arg::Json(v) => v.cloned().into(),
+            Arg::I16(v) => v.into(),
+            Arg::I64(v) => v.into(),
+            Arg::Time(v) => v.into(),
+            #[cfg(feature = "postgres")]
+            Arg::Array(array) => match array {
+                Array::Uuid(v) => v.into(),
+                Array::Str(v) => v.into_iter().map(str::to_owned).collect::<Vec<_>>().into(),
+                Array::Json(v) => v
+                    .into_iter()
+                    .map(|json| json.cloned().unwrap_or(serde_json::Value::Null))
+                    .collect::<Vec<_>>()
+                    .into(),
+                Array::Bool(v) => v.into(),
+                Array::Time(v) => v.into(),
+                Array::I16(v) => v.into(),
+                Array::I64(v) => v.into(),
+            },
+        }
+    }
+}
+
+/// A statement for SeaORM's path.
+pub(crate) fn statement(
+    backend: DbBackend,
+    sql: Cow<'static, str>,
+    args: Vec<Arg<'_>>,
+) -> Statement {
+    let values: Vec<Value> = args.into_iter().map(Value::from).collect();
+    Statement::from_sql_and_values(backend, sql, values)
+}
+
+/// A sqlx query of `sql`, which is either one of the dialects' constant texts or one
+/// they generated for a number of rows (never user input).
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+pub(crate) fn query<DB: sqlx::Database>(
+    sql: Cow<'static, str>,
+) -> sqlx::query::Query<'static, DB, <DB as sqlx::Database>::Arguments> {
+    match sql {
+        Cow::Borrowed(sql) => sqlx::query(sql),
+        Cow::Owned(sql) => sqlx::query(sqlx::AssertSqlSafe(sql)),
+    }
+}
+
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+type Query<'q, DB> = sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>;
+
+/// Binds a scalar; gives an array back with the query as it was.
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+#[allow(clippy::type_complexity)]
+fn bind_scalar<'q, DB>(
+    query: Query<'q, DB>,
+    arg: Arg<'q>,
+) -> Result<Query<'q, DB>, (Query<'q, DB>, Arg<'q>)>
+where
+    DB: sqlx::Database,
+    Uuid: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    String: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    Option<&'q serde_json::Value>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    i16: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    Time: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    Ok(match arg {
+        Arg::Uuid(v) => query.bind(v),
+        Arg::Str(v) => query.bind(v),
+        Arg::String(v) => query.bind(v),
+        Arg::Json(v) => query.bind(v),
+        Arg::I16(v) => query.bind(v),
+        Arg::I64(v) => query.bind(v),
+        Arg::Time(v) => query.bind(v),
+        #[cfg(feature = "postgres")]
+        arg @ Arg::Array(_) => return Err((query, arg)),
+    })
+}
+
+/// Binds `args` for MySQL/MariaDB or SQLite, which take no arrays.
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+pub(crate) fn bind_flat<'q, DB>(
+    mut query: Query<'q, DB>,
+    args: Vec<Arg<'q>>,
+) -> Result<Query<'q, DB>, DbErr>
+where
+    DB: sqlx::Database,
+    Uuid: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    String: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    Option<&'q serde_json::Value>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    i16: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    Time: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    for arg in args {
+        query = bind_scalar(query, arg).map_err(|(_, arg)| {
+            DbErr::Custom(format!(
+                "task-dedup: an array parameter outside PostgreSQL: {arg:?}"
+            ))
+        })?;
+    }
+    Ok(query)
+}
+
+/// Binds `args` for PostgreSQL.
+#[cfg(feature = "postgres")]
+pub(crate) fn bind_pg<'q>(
+    mut query: Query<'q, sqlx::Postgres>,
+    args: Vec<Arg<'q>>,
+) -> Result<Query<'q, sqlx::Postgres>, DbErr> {
+    use sqlx::types::Json;
+    for arg in args {
+        query = match bind_scalar(query, arg) {
+            Ok(query) => query,
+            Err((query, Arg::Array(array))) => match array {
+                Array::Uuid(v) => query.bind(v),
+                Array::Str(v) => query.bind(v),
+                Array::Json(v) => {
+                    query.bind(v.into_iter().map(|j| j.map(Json)).collect::<Vec<_>>())
+                }
+                Array::Bool(v) => query.bind(v),
+                Array::Time(v) => query.bind(v),
+                Array::I16(v) => query.bind(v),
+                Array::I64(v) => query.bind(v),
+            },
+            // `bind_scalar` gives back arrays only.
+            Err((query, _)) => query,
+        };
+    }
+    Ok(query)
+}

@@ -1,0 +1,534 @@
+//! The executor: every statement task-dedup runs goes through [`Executor`]. It reads the
+//! connection's dialect once, picks the dialect's whole statement for an operation,
+//! binds its parameters ([`args`]), runs it where the connection says ([`conn`]), and
+//! maps the rows. A failure is classified once, where it arises ([`Failure`]).
+//!
+//! PostgreSQL and SQLite write and read a row in one statement (`RETURNING`); the flows
+//! MySQL/MariaDB need instead (a write and the read of its row in one short transaction)
+//! live in [`mysql`].
+
+pub(crate) mod args;
+mod conn;
+#[cfg(feature = "mysql")]
+mod mysql;
+
+use std::borrow::Cow;
+use std::collections::HashSet;
+
+use sea_orm::{DbBackend, FromQueryResult, QueryResult};
+use uuid::Uuid;
+
+use self::args::Arg;
+use self::conn::Conn;
+pub(crate) use self::conn::Pool;
+use crate::connection::Target;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+use crate::dialect::Returning;
+use crate::dialect::{Dialect, Failure, Statements};
+use crate::task_run;
+
+/// Runs task-dedup's statements on one connection: a pool, the caller's transaction, or
+/// a transaction of the executor's own ([`Executor::begin`]).
+pub(crate) struct Executor<'c> {
+    conn: Conn<'c>,
+    dialect: Dialect,
+}
+
+/// What an insert of a new task did.
+pub(crate) enum Inserted {
+    /// The row went in.
+    Created,
+    /// The key is held by another task (not read yet).
+    Held,
+    /// [`OnConflict::ReplaceIfQueued`](crate::OnConflict::ReplaceIfQueued): the queued
+    /// task holding the key took this request's payload, run_at and priority.
+    Replaced(Box<task_run::Model>),
+}
+
+/// What a batch insert did, besides the tasks whose keys were held.
+#[derive(Default)]
+pub(crate) struct InsertedMany {
+    /// The ids of the rows that went in.
+    pub created: HashSet<Uuid>,
+    /// The queued tasks that took a `ReplaceIfQueued` task's values, as they are now
+    /// (PostgreSQL and SQLite; MySQL/MariaDB cannot tell them from held keys here).
+    pub replaced: Vec<task_run::Model>,
+}
+
+/// A change of a running or queued task, with its (validated) parameters: what the
+/// lifecycle's compare-and-set transitions do.
+#[derive(Clone, Copy)]
+pub(crate) enum Change<'a> {
+    /// Extend the lease of a task `worker_id` runs.
+    Heartbeat {
+        lease_micros: i64,
+        worker_id: &'a str,
+    },
+    /// running → succeeded.
+    Complete {
+        result: Option<&'a serde_json::Value>,
+        worker_id: &'a str,
+    },
+    /// running → failed.
+    Fail { error: &'a str, worker_id: &'a str },
+    /// running → queued after `delay_micros`, the key still held.
+    Retry {
+        error: &'a str,
+        delay_micros: i64,
+        worker_id: &'a str,
+    },
+    /// queued or running → cancelled.
+    Cancel { reason: &'a str },
+    /// running → queued, the attempt not counted.
+    Release { worker_id: &'a str },
+}
+
+impl<'a> Change<'a> {
+    /// Its statement and parameters.
+    fn statement(self, dialect: Dialect, id: Uuid) -> (&'static str, Vec<Arg<'a>>) {
+        let s = dialect.statements();
+        match self {
+            Change::Heartbeat {
+                lease_micros,
+                worker_id,
+            } => (
+                s.heartbeat,
+                vec![
+                    args::interval(dialect, lease_micros),
+                    Arg::Uuid(id),
+                    Arg::Str(worker_id),
+                ],
+            ),
+            Change::Complete { result, worker_id } => (
+                s.complete,
+                vec![Arg::Json(result), Arg::Uuid(id), Arg::Str(worker_id)],
+            ),
+            Change::Fail { error, worker_id } => (
+                s.fail,
+                vec![Arg::Str(error), Arg::Uuid(id), Arg::Str(worker_id)],
+            ),
+            Change::Retry {
+                error,
+                delay_micros,
+                worker_id,
+            } => (
+                s.retry,
+                vec![
+                    Arg::Str(error),
+                    args::interval(dialect, delay_micros),
+                    Arg::Uuid(id),
+                    Arg::Str(worker_id),
+                ],
+            ),
+            Change::Cancel { reason } => (s.cancel, vec![Arg::Str(reason), Arg::Uuid(id)]),
+            Change::Release { worker_id } => (s.release, vec![Arg::Uuid(id), Arg::Str(worker_id)]),
+        }
+    }
+}
+
+impl<'c> Executor<'c> {
+    /// An executor on `target`, or [`DbErr::BackendNotSupported`](sea_orm::DbErr) when
+    /// task-dedup was built without the database's feature.
+    pub(crate) fn new(target: Target<'c>) -> Result<Executor<'c>, Failure> {
+        use sea_orm::ConnectionTrait;
+        let (conn, backend) = match target {
+            Target::Pool(db) => match Pool::of(db) {
+                Some(pool) => (Conn::Pool(pool), db.get_database_backend()),
+                None => (Conn::SeaOrm(db), db.get_database_backend()),
+            },
+            Target::Transaction(txn) => (Conn::Caller(txn), txn.get_database_backend()),
+        };
+        Ok(Executor {
+            conn,
+            dialect: Dialect::of(backend)?,
+        })
+    }
+
+    pub(crate) fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    fn backend(&self) -> DbBackend {
+        self.dialect.backend()
+    }
+
+    fn statements(&self) -> &'static Statements {
+        self.dialect.statements()
+    }
+
+    /// Whether statements run in a transaction: the caller's, whose work a deadlock
+    /// would take with it, or one of the executor's own.
+    pub(crate) fn in_transaction(&self) -> bool {
+        self.conn.in_transaction()
+    }
+
+    /// The sqlx pool statements run on, if they run on one.
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
+    pub(crate) fn pool(&self) -> Option<Pool<'c>> {
+        match self.conn {
+            Conn::Pool(pool) => Some(pool),
+            _ => None,
+        }
+    }
+
+    /// Every row `sql` returns.
+    async fn rows(
+        &mut self,
+        sql: impl Into<Cow<'static, str>>,
+        args: Vec<Arg<'_>>,
+    ) -> Result<Vec<QueryResult>, Failure> {
+        let backend = self.backend();
+        Ok(self.conn.fetch_all(backend, sql.into(), args).await?)
+    }
+
+    /// How many rows `sql` affected.
+    async fn affected(
+        &mut self,
+        sql: impl Into<Cow<'static, str>>,
+        args: Vec<Arg<'_>>,
+    ) -> Result<u64, Failure> {
+        let backend = self.backend();
+        Ok(self.conn.execute(backend, sql.into(), args).await?)
+    }
+
+    /// The tasks `sql` returns.
+    async fn tasks(
+        &mut self,
+        sql: impl Into<Cow<'static, str>>,
+        args: Vec<Arg<'_>>,
+    ) -> Result<Vec<task_run::Model>, Failure> {
+        let rows = self.rows(sql, args).await?;
+        Ok(rows.iter().map(model).collect::<Result<_, _>>()?)
+    }
+
+    /// The task `sql` returns, if any.
+    async fn task(
+        &mut self,
+        sql: impl Into<Cow<'static, str>>,
+        args: Vec<Arg<'_>>,
+    ) -> Result<Option<task_run::Model>, Failure> {
+        Ok(self.tasks(sql, args).await?.into_iter().next())
+    }
+
+    /// Starts a transaction of the executor's own (a savepoint inside a transaction).
+    /// `immediate`: on SQLite, take the write lock up front.
+    pub(crate) async fn begin(&mut self, immediate: bool) -> Result<Executor<'_>, Failure> {
+        let backend = self.backend();
+        Ok(Executor {
+            conn: self.conn.begin(backend, immediate).await?,
+            dialect: self.dialect,
+        })
+    }
+
+    /// Ends a transaction of the executor's own: commits it after `outcome` succeeded,
+    /// rolls it back otherwise.
+    pub(crate) async fn finish<T>(self, outcome: Result<T, Failure>) -> Result<T, Failure> {
+        match outcome {
+            Ok(value) => {
+                self.conn.commit().await?;
+                Ok(value)
+            }
+            Err(err) => {
+                let _ = self.conn.rollback().await;
+                Err(err)
+            }
+        }
+    }
+
+    /// Inserts `row` unless its key is held; with `replace`, replaces the payload,
+    /// run_at and priority of a queued task that holds it. Never infers "created" from a
+    /// count a no-op could also produce.
+    pub(crate) async fn insert(
+        &mut self,
+        row: &task_run::Model,
+        replace: bool,
+    ) -> Result<Inserted, Failure> {
+        match self.dialect {
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => {
+                self.insert_returning(&crate::dialect::postgres::RETURNING, row, replace)
+                    .await
+            }
+            #[cfg(feature = "sqlite")]
+            Dialect::Sqlite => {
+                self.insert_returning(&crate::dialect::sqlite::RETURNING, row, replace)
+                    .await
+            }
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => mysql::insert(self, row, replace).await,
+        }
+    }
+
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
+    async fn insert_returning(
+        &mut self,
+        returning: &Returning,
+        row: &task_run::Model,
+        replace: bool,
+    ) -> Result<Inserted, Failure> {
+        if !replace {
+            // RETURNING rather than the affected-row count: the same answer, and on
+            // SQLite a lower median latency under contention (BENCHMARKS.md).
+            let inserted = self
+                .rows(self.statements().insert, args::row(row).into())
+                .await?;
+            return Ok(if inserted.is_empty() {
+                Inserted::Held
+            } else {
+                Inserted::Created
+            });
+        }
+        // The upsert returns the row it inserted (our id) or the queued row it updated
+        // (another id); nothing when the task holding the key is not queued.
+        Ok(
+            match self.task(returning.replace, args::row(row).into()).await? {
+                Some(stored) if stored.id == row.id => Inserted::Created,
+                Some(stored) => Inserted::Replaced(Box::new(stored)),
+                None => Inserted::Held,
+            },
+        )
+    }
+
+    /// The task holding the key `(user_id, task_type, resource_key)` in window
+    /// `window_end` (0: the Active/Queued slot). `after_conflict`: right after an insert
+    /// ran into it, from a snapshot that may predate it.
+    pub(crate) async fn find_occupant(
+        &mut self,
+        key: [&str; 3],
+        window_end: i64,
+        after_conflict: bool,
+    ) -> Result<Option<task_run::Model>, Failure> {
+        let statements = self.statements();
+        let sql = if after_conflict {
+            statements.find_occupant_after_conflict
+        } else {
+            statements.find_occupant
+        };
+        self.task(sql, args::slot(key, window_end).into()).await
+    }
+
+    /// One task by id.
+    pub(crate) async fn by_id(&mut self, id: Uuid) -> Result<Option<task_run::Model>, Failure> {
+        self.task(self.statements().by_id, vec![Arg::Uuid(id)])
+            .await
+    }
+
+    /// Moves up to `max` due queued tasks (of `task_types`, or of any type when empty)
+    /// to `running` under `worker_id`'s lease, atomically, in claim order: highest
+    /// priority first, then the oldest `run_at`, then the oldest task.
+    pub(crate) async fn claim(
+        &mut self,
+        worker_id: &str,
+        task_types: &[&str],
+        lease_micros: i64,
+        max: i64,
+    ) -> Result<Vec<task_run::Model>, Failure> {
+        let mut tasks = match self.dialect {
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => {
+                let returning = &crate::dialect::postgres::RETURNING;
+                self.claim_returning(returning, worker_id, task_types, lease_micros, max)
+                    .await?
+            }
+            #[cfg(feature = "sqlite")]
+            Dialect::Sqlite => {
+                let returning = &crate::dialect::sqlite::RETURNING;
+                self.claim_returning(returning, worker_id, task_types, lease_micros, max)
+                    .await?
+            }
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => mysql::claim(self, worker_id, task_types, lease_micros, max).await?,
+        };
+        // RETURNING and IN keep no order.
+        tasks.sort_by_key(|t| (std::cmp::Reverse(t.priority), t.run_at, t.created_at, t.id));
+        Ok(tasks)
+    }
+
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
+    async fn claim_returning(
+        &mut self,
+        returning: &Returning,
+        worker_id: &str,
+        task_types: &[&str],
+        lease_micros: i64,
+        max: i64,
+    ) -> Result<Vec<task_run::Model>, Failure> {
+        let mut values = vec![
+            Arg::Str(worker_id),
+            args::interval(self.dialect, lease_micros),
+        ];
+        let sql = if task_types.is_empty() {
+            returning.claim_any
+        } else {
+            values.push(args::task_types(self.dialect, task_types));
+            returning.claim_types
+        };
+        values.push(Arg::I64(max));
+        self.tasks(sql, values).await
+    }
+
+    /// Applies `change` to task `id` if its guard holds, and returns the row as it is
+    /// afterwards; `None` when the guard did not match and nothing changed.
+    pub(crate) async fn transition(
+        &mut self,
+        id: Uuid,
+        change: Change<'_>,
+    ) -> Result<Option<task_run::Model>, Failure> {
+        let (sql, values) = change.statement(self.dialect, id);
+        match self.dialect {
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => mysql::transition(self, id, sql, values).await,
+            #[allow(unreachable_patterns)]
+            _ => self.task(sql, values).await,
+        }
+    }
+
+    /// Completes task `id` as [`Change::Complete`] does, without reading it back: one
+    /// statement that returns nothing (MySQL: no transaction around it). Whether it
+    /// applied.
+    pub(crate) async fn complete_quietly(
+        &mut self,
+        id: Uuid,
+        result: Option<&serde_json::Value>,
+        worker_id: &str,
+    ) -> Result<bool, Failure> {
+        let values = vec![Arg::Json(result), Arg::Uuid(id), Arg::Str(worker_id)];
+        Ok(self
+            .affected(self.statements().complete_quietly, values)
+            .await?
+            == 1)
+    }
+
+    /// Running tasks whose lease expired: (id, attempts), at most 100.
+    pub(crate) async fn expired(&mut self) -> Result<Vec<(Uuid, i32)>, Failure> {
+        let rows = self.rows(self.statements().expired, vec![]).await?;
+        Ok(rows
+            .iter()
+            .map(|row| Ok((row.try_get("", "id")?, row.try_get("", "attempts")?)))
+            .collect::<Result<_, sea_orm::DbErr>>()?)
+    }
+
+    /// Fails expired task `id` with `error`, unless its lease was renewed meanwhile.
+    /// Whether it applied.
+    pub(crate) async fn reap_fail(&mut self, id: Uuid, error: &str) -> Result<bool, Failure> {
+        let values = vec![Arg::Str(error), Arg::Uuid(id)];
+        Ok(self.affected(self.statements().reap_fail, values).await? == 1)
+    }
+
+    /// Requeues expired task `id` due after `delay_micros`, unless its lease was renewed
+    /// meanwhile. Whether it applied.
+    pub(crate) async fn reap_requeue(
+        &mut self,
+        id: Uuid,
+        delay_micros: i64,
+    ) -> Result<bool, Failure> {
+        let values = vec![args::interval(self.dialect, delay_micros), Arg::Uuid(id)];
+        Ok(self
+            .affected(self.statements().reap_requeue, values)
+            .await?
+            == 1)
+    }
+
+    /// Deletes finished tasks older than `age_micros`; returns how many.
+    pub(crate) async fn prune(&mut self, age_micros: i64) -> Result<u64, Failure> {
+        let offset = args::interval(self.dialect, age_micros.saturating_neg());
+        self.affected(self.statements().prune, vec![offset]).await
+    }
+
+    /// Inserts the rows of a batch, `plain` skipping held keys and `replace` replacing
+    /// queued holders (`ReplaceIfQueued`), in one statement each.
+    pub(crate) async fn insert_many(
+        &mut self,
+        plain: &[&task_run::Model],
+        replace: &[&task_run::Model],
+    ) -> Result<InsertedMany, Failure> {
+        let bulk = self.dialect.bulk();
+        let mut inserted = InsertedMany::default();
+        #[cfg(feature = "mysql")]
+        if self.dialect == Dialect::MySql {
+            // No RETURNING: which rows went in is read back by id.
+            for (group, sql) in [(plain, bulk.insert), (replace, bulk.replace)] {
+                if !group.is_empty() {
+                    let values = args::rows(self.dialect, group);
+                    self.affected(sql(group.len()), values).await?;
+                }
+            }
+            let ids: Vec<Uuid> = plain.iter().chain(replace).map(|row| row.id).collect();
+            if !ids.is_empty() {
+                let values = args::ids(self.dialect, &ids);
+                let sql = crate::dialect::mysql::ids_in(ids.len());
+                for row in self.rows(sql, values).await? {
+                    inserted.created.insert(row.try_get_by_index(0)?);
+                }
+            }
+            return Ok(inserted);
+        }
+        for (group, sql) in [(plain, bulk.insert), (replace, bulk.replace)] {
+            if group.is_empty() {
+                continue;
+            }
+            let ours: HashSet<Uuid> = group.iter().map(|row| row.id).collect();
+            let values = args::rows(self.dialect, group);
+            for row in self.rows(sql(group.len()), values).await? {
+                let id: Uuid = row.try_get_by_index(0)?;
+                if ours.contains(&id) {
+                    inserted.created.insert(id);
+                } else {
+                    inserted.replaced.push(model(&row)?);
+                }
+            }
+        }
+        Ok(inserted)
+    }
+
+    /// Whether [`insert_many`](Self::insert_many) reports the queued tasks it replaced.
+    pub(crate) fn reports_replaced(&self) -> bool {
+        match self.dialect {
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => false,
+            #[allow(unreachable_patterns)]
+            _ => true,
+        }
+    }
+
+    /// The tasks holding the keys and windows of `rows`. `after_own_insert`: in a
+    /// transaction of the executor's own, right after its insert (see
+    /// [`Bulk::find_occupants_after_own_insert`](crate::dialect::Bulk)).
+    pub(crate) async fn find_occupants(
+        &mut self,
+        rows: &[&task_run::Model],
+        after_own_insert: bool,
+    ) -> Result<Vec<task_run::Model>, Failure> {
+        let bulk = self.dialect.bulk();
+        let sql = if after_own_insert {
+            bulk.find_occupants_after_own_insert
+        } else {
+            bulk.find_occupants
+        };
+        let values = args::slots(self.dialect, rows);
+        self.tasks(sql(rows.len()), values).await
+    }
+
+    /// The tasks of `ids` that exist.
+    pub(crate) async fn by_ids(&mut self, ids: &[Uuid]) -> Result<Vec<task_run::Model>, Failure> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let values = args::ids(self.dialect, ids);
+        self.tasks((self.dialect.bulk().by_ids)(ids.len()), values)
+            .await
+    }
+
+    /// Wakes PostgreSQL workers that LISTEN (inside a transaction: at its commit).
+    #[cfg(feature = "postgres")]
+    pub(crate) async fn notify(&mut self) -> Result<(), Failure> {
+        self.affected(crate::dialect::postgres::NOTIFY, vec![])
+            .await
+            .map(drop)
+    }
+}
+
+/// Maps a row of [`columns!`](crate::dialect) to the model.
+fn model(row: &QueryResult) -> Result<task_run::Model, sea_orm::DbErr> {
+    task_run::Model::from_query_result(row, "")
+}

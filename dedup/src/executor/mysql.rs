@@ -1,0 +1,115 @@
+//! MySQL/MariaDB's flows: without `RETURNING` (MariaDB has one, MySQL 8 does not), a
+//! write and the read of its row run in one short transaction, whose row locks keep the
+//! row as the write left it until the read.
+
+use uuid::Uuid;
+
+use super::args::{self, Arg};
+use super::{Executor, Inserted};
+use crate::dialect::Failure;
+use crate::dialect::mysql::{CLAIM_ANY, CLAIM_TYPES, REPLACE, STATEMENTS, claim_update, claimed};
+use crate::task_run;
+
+/// A plain INSERT; the duplicate-key error on our index means "held" (and with
+/// `replace`, the queued holder takes the new values).
+pub(super) async fn insert(
+    exec: &mut Executor<'_>,
+    row: &task_run::Model,
+    replace: bool,
+) -> Result<Inserted, Failure> {
+    match exec
+        .affected(STATEMENTS.insert, args::row(row).into())
+        .await
+    {
+        Ok(_) => Ok(Inserted::Created),
+        Err(failure) if failure.is_held_key() && replace => replace_queued(exec, row).await,
+        Err(failure) if failure.is_held_key() => Ok(Inserted::Held),
+        Err(failure) => Err(failure),
+    }
+}
+
+/// After a duplicate-key error, with `ReplaceIfQueued`: the UPDATE and the read of its
+/// row in one transaction, so the row returned is the one written.
+async fn replace_queued(
+    exec: &mut Executor<'_>,
+    row: &task_run::Model,
+) -> Result<Inserted, Failure> {
+    let mut txn = exec.begin(false).await?;
+    let outcome = async {
+        let mut values = vec![
+            Arg::Json(row.payload.as_ref()),
+            Arg::Time(row.run_at),
+            Arg::I16(row.priority),
+            Arg::Time(row.updated_at),
+        ];
+        values.extend(args::slot(args::key_of(row), row.dedup_window_end));
+        if txn.affected(REPLACE, values).await? != 1 {
+            return Ok(None);
+        }
+        let key = args::slot(args::key_of(row), row.dedup_window_end);
+        txn.task(STATEMENTS.find_occupant_after_conflict, key.into())
+            .await
+    }
+    .await;
+    let stored = txn.finish(outcome).await?;
+    Ok(match stored {
+        Some(stored) => Inserted::Replaced(Box::new(stored)),
+        None => Inserted::Held,
+    })
+}
+
+/// Locks the next rows (skipping rows other claimers hold), updates them and reads them
+/// back, in one short transaction.
+pub(super) async fn claim(
+    exec: &mut Executor<'_>,
+    worker_id: &str,
+    task_types: &[&str],
+    lease_micros: i64,
+    max: i64,
+) -> Result<Vec<task_run::Model>, Failure> {
+    let dialect = exec.dialect;
+    let mut txn = exec.begin(false).await?;
+    let outcome = async {
+        let select = if task_types.is_empty() {
+            txn.rows(CLAIM_ANY, vec![Arg::I64(max)]).await?
+        } else {
+            let types = args::task_types(dialect, task_types);
+            txn.rows(CLAIM_TYPES, vec![types, Arg::I64(max)]).await?
+        };
+        let ids = select
+            .iter()
+            .map(|row| row.try_get::<Uuid>("", "id"))
+            .collect::<Result<Vec<_>, _>>()?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut update = vec![Arg::Str(worker_id), args::interval(dialect, lease_micros)];
+        update.extend(ids.iter().map(|id| Arg::Uuid(*id)));
+        txn.affected(claim_update(ids.len()), update).await?;
+        let count = ids.len();
+        txn.tasks(claimed(count), ids.into_iter().map(Arg::Uuid).collect())
+            .await
+    }
+    .await;
+    txn.finish(outcome).await
+}
+
+/// A compare-and-set transition (`sql` with `values`) of task `id`, then the row as it
+/// is afterwards: the UPDATE's row lock is held until commit, so the read sees exactly
+/// what the UPDATE wrote. `None` when the guard did not match.
+pub(super) async fn transition(
+    exec: &mut Executor<'_>,
+    id: Uuid,
+    sql: &'static str,
+    values: Vec<Arg<'_>>,
+) -> Result<Option<task_run::Model>, Failure> {
+    let mut txn = exec.begin(false).await?;
+    let outcome = async {
+        if txn.affected(sql, values).await? != 1 {
+            return Ok(None);
+        }
+        txn.by_id(id).await
+    }
+    .await;
+    txn.finish(outcome).await
+}

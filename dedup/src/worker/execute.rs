@@ -1,0 +1,131 @@
+//! Running one claimed task: its handler in a task of its own (a panic stays there), a
+//! heartbeat beside it, then its end handed to [`record`](super::record).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use tokio_util::sync::CancellationToken;
+
+use super::handler::HandlerError;
+use super::{Shared, add, record};
+use crate::error::DedupError;
+use crate::lifecycle::TaskWorker;
+use crate::{metrics, task_run};
+
+/// How a task's run ended, before it is recorded.
+pub(super) enum Ended {
+    /// The handler returned.
+    Returned(Result<Option<serde_json::Value>, HandlerError>),
+    /// The handler panicked.
+    Panicked(String),
+    /// The task was taken away (the heartbeat found it cancelled or held by another
+    /// worker): the result is discarded.
+    Lost,
+    /// The shutdown grace ran out, or the handler outlived its cancel grace and was
+    /// dropped.
+    Aborted,
+}
+
+/// Runs one claimed task, then records how it ended.
+#[tracing::instrument(level = "debug", name = "task", skip_all, fields(task_id = %task.id, task_type = %task.task_type, attempt = task.attempts))]
+pub(super) async fn run_task(shared: &Arc<Shared>, task: task_run::Model) {
+    let started = Instant::now();
+    let (id, attempts) = (task.id, task.attempts);
+    let cancel = shared.abort.child_token();
+    let lost = Arc::new(AtomicBool::new(false));
+    let heartbeat = tokio::spawn(heartbeat(shared.clone(), id, cancel.clone(), lost.clone()));
+    let handler = shared.handler.clone();
+    let mut handle = tokio::spawn({
+        let cancel = cancel.clone();
+        async move { handler.handle(task, cancel).await }
+    });
+    let ended = tokio::select! {
+        joined = &mut handle => ended(joined),
+        () = cancel.cancelled() => {
+            // The handler heard it too: give it the time to stop on its own (and, on
+            // shutdown, to finish) before it is dropped.
+            match tokio::time::timeout(shared.config.cancel_grace, &mut handle).await {
+                Ok(joined) => ended(joined),
+                Err(_) => Ended::Aborted,
+            }
+        }
+    };
+    // What a handler returns after its cancellation fired is discarded (lost task) or
+    // handed back (shutdown), unless it finished its work.
+    let ended = if lost.load(Ordering::Relaxed) {
+        Ended::Lost
+    } else if shared.abort.is_cancelled() && !matches!(ended, Ended::Returned(Ok(_))) {
+        Ended::Aborted
+    } else {
+        ended
+    };
+    heartbeat.abort();
+    if matches!(ended, Ended::Lost | Ended::Aborted) {
+        handle.abort();
+    }
+    let (outcome, recorded) = record::record(shared, id, attempts, ended).await;
+    match recorded {
+        Ok(()) => tracing::debug!(outcome, "task ended"),
+        Err(err) => {
+            tracing::warn!(error = %err, "could not record the task's end; its lease will run out");
+            add(&shared.counters.lost, 1);
+        }
+    }
+    metrics::handled(outcome, started.elapsed());
+}
+
+/// How the handler's task ended, as far as it returned.
+fn ended(
+    joined: Result<Result<Option<serde_json::Value>, HandlerError>, tokio::task::JoinError>,
+) -> Ended {
+    match joined {
+        Ok(returned) => Ended::Returned(returned),
+        Err(err) if err.is_panic() => Ended::Panicked(panic_message(err)),
+        Err(_) => Ended::Aborted,
+    }
+}
+
+/// Renews the lease of task `id` every heartbeat interval while its handler runs. When
+/// the task is gone from under it (cancelled, finished, or reaped and claimed by another
+/// worker), marks it lost and fires the handler's cancellation. Other errors (a lost
+/// connection) are retried at the next beat: the lease outlasts a few of them.
+async fn heartbeat(
+    shared: Arc<Shared>,
+    id: uuid::Uuid,
+    cancel: CancellationToken,
+    lost: Arc<AtomicBool>,
+) {
+    let config = &shared.config;
+    loop {
+        tokio::time::sleep(config.heartbeat_every).await;
+        match shared.db().heartbeat(id, &config.id, config.lease).await {
+            Ok(_) => {}
+            Err(
+                err @ (DedupError::InvalidTransition { .. }
+                | DedupError::LeaseNotHeld { .. }
+                | DedupError::NotFound { .. }),
+            ) => {
+                tracing::info!(task_id = %id, error = %err, "task taken away while it ran; cancelling its handler");
+                lost.store(true, Ordering::Relaxed);
+                cancel.cancel();
+                return;
+            }
+            Err(err) => {
+                tracing::warn!(task_id = %id, error = %err, "heartbeat failed; trying at the next beat")
+            }
+        }
+    }
+}
+
+/// A panic's message, as far as it has one.
+fn panic_message(err: tokio::task::JoinError) -> String {
+    match err.try_into_panic() {
+        Ok(payload) => payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic without a message".to_owned()),
+        Err(_) => "cancelled".to_owned(),
+    }
+}
