@@ -38,8 +38,12 @@ repeat=${BENCH_REPEAT:-1}
 deadline=${BENCH_DEADLINE:-60}
 batch=${BENCH_BATCH:-100}
 
-cargo build --quiet --release -p task-dedup-bench
-bin=${CARGO_TARGET_DIR:-target}/release/task-dedup-bench
+# BENCH_BIN: a binary built before (e.g. of another commit, to compare two in one session).
+bin=${BENCH_BIN:-}
+if [ -z "$bin" ]; then
+  cargo build --quiet --release -p task-dedup-bench
+  bin=${CARGO_TARGET_DIR:-target}/release/task-dedup-bench
+fi
 mkdir -p bench/results
 results="bench/results/$(date -u +%Y%m%dT%H%M%SZ).txt"
 {

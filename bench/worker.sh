@@ -31,8 +31,12 @@ idle_rate=${BENCH_IDLE_RATE:-2}
 load_rates=${BENCH_LOAD_RATE:-"sqlite=800 postgres=800 mysql=500"}
 idle_secs=${BENCH_IDLE_SECS:-20}
 
-cargo build --quiet --release -p task-dedup-bench
-bin=${CARGO_TARGET_DIR:-target}/release/task-dedup-bench
+# BENCH_BIN: a binary built before (e.g. of another commit, to compare two in one session).
+bin=${BENCH_BIN:-}
+if [ -z "$bin" ]; then
+  cargo build --quiet --release -p task-dedup-bench
+  bin=${CARGO_TARGET_DIR:-target}/release/task-dedup-bench
+fi
 mkdir -p bench/results
 results="bench/results/worker-$(date -u +%Y%m%dT%H%M%SZ).txt"
 echo "# $(date -u) $(uname -srm), $(nproc) cpus; ops=$ops workers=$workers concurrency=$concurrency pool=$pool repeat=$repeat" | tee "$results"

@@ -29,6 +29,7 @@ server_matrix!(
     kill_storm_loses_no_call,
     kill_storm_loses_no_batch,
     lost_connection_inside_a_transaction_is_returned_not_retried,
+    retry_budgets_come_from_the_call_or_the_handle,
 );
 
 const LEASE: Duration = Duration::from_secs(60);
@@ -405,6 +406,166 @@ async fn lost_connection_inside_a_transaction_is_returned_not_retried(db: &TestD
             .expect("enqueue on the pool")
             .is_created()
     );
+}
+
+/// The session id of the connection behind `conn` (a transaction).
+async fn session_id(db: &TestDb, conn: &impl ConnectionTrait) -> i64 {
+    let sql = match db.dialect {
+        Dialect::Postgres => "SELECT pg_backend_pid()::bigint AS id",
+        _ => "SELECT CAST(CONNECTION_ID() AS SIGNED) AS id",
+    };
+    conn.query_one_raw(Statement::from_string(db.dialect.backend(), sql))
+        .await
+        .expect("session id")
+        .expect("a row")
+        .try_get("", "id")
+        .expect("id")
+}
+
+/// Runs `call` while a transaction holds the lock it needs, waits until it waits for
+/// that lock, kills its session (every session of the database but the holder's), then
+/// rolls the holder back: a connection lost in the middle of a statement, every time.
+async fn lost_while_blocked<T: Send + 'static>(
+    db: &TestDb,
+    admin: &DatabaseConnection,
+    hold: &str,
+    call: impl Future<Output = T> + Send + 'static,
+) -> T {
+    let holder = db.db.begin().await.expect("begin");
+    let holder_id = session_id(db, &holder).await;
+    holder
+        .execute_unprepared(hold)
+        .await
+        .expect("hold the lock");
+    let call = tokio::spawn(call);
+    let (_, database) = db.server().expect("a server dialect");
+    let waiting = match db.dialect {
+        Dialect::Postgres => {
+            "SELECT pid::bigint AS id FROM pg_stat_activity \
+             WHERE datname = $1 AND wait_event_type = 'Lock'"
+        }
+        // MariaDB's INNODB_TRX does not always list a session waiting for a row
+        // lock; its statement shows in the process list, and it cannot end before the
+        // holder does.
+        _ => {
+            "SELECT CAST(ID AS SIGNED) AS id FROM information_schema.PROCESSLIST \
+             WHERE DB = ? AND COMMAND IN ('Query', 'Execute') AND INFO IS NOT NULL"
+        }
+    };
+    let started = Instant::now();
+    let blocked = loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the call never waited for the lock ({hold})"
+        );
+        let rows = admin
+            .query_all_raw(Statement::from_sql_and_values(
+                db.dialect.backend(),
+                waiting,
+                [database.into()],
+            ))
+            .await
+            .expect("waiting sessions");
+        if let Some(row) = rows.first() {
+            break row.try_get::<i64>("", "id").expect("id");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_ne!(blocked, holder_id);
+    let kill = match db.dialect {
+        Dialect::Postgres => format!("SELECT pg_terminate_backend({blocked})"),
+        _ => format!("KILL CONNECTION {blocked}"),
+    };
+    admin.execute_unprepared(&kill).await.expect("kill");
+    // The retried attempt (if any) waits for the holder again: let it go.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    holder.rollback().await.expect("rollback");
+    call.await.expect("the call did not panic")
+}
+
+/// A lost connection is retried within the call's budget (`NewTask::retry_budget`,
+/// honoured by batches too), else the handle's (`with_retry_budget`, for every
+/// operation), else the default. With a budget of zero the same loss is an error: the
+/// test sees the kill.
+async fn retry_budgets_come_from_the_call_or_the_handle(db: &TestDb) {
+    db.migrate().await;
+    let pool = db.pool(2).await;
+    let admin = admin(db).await;
+    let created = pool
+        .find_or_enqueue(NewTask::new(key("budgets")))
+        .await
+        .expect("enqueue")
+        .into_task();
+    let id = match db.dialect {
+        Dialect::Postgres => format!("'{}'", created.id),
+        _ => format!("x'{}'", created.id.simple()),
+    };
+    // Holds the task's row, or the key `held` as an uncommitted insert.
+    let lock_row = format!("SELECT id FROM task_run WHERE id = {id} FOR UPDATE");
+    let lock_key = |resource: &str| {
+        format!(
+            "INSERT INTO task_run (id, user_id, task_type, resource_key, status, attempts, \
+             created_at, updated_at, run_at) VALUES ({}, 'user-1', 'render', '{resource}', \
+             'queued', 0, {now}, {now}, {now})",
+            match db.dialect {
+                Dialect::Postgres => format!("'{}'", Uuid::now_v7()),
+                _ => format!("x'{}'", Uuid::now_v7().simple()),
+            },
+            now = match db.dialect {
+                Dialect::Postgres => "now()",
+                _ => "UTC_TIMESTAMP(6)",
+            }
+        )
+    };
+
+    // The handle's budget, for a transition and an enqueue.
+    let p = pool.db.clone();
+    let err = lost_while_blocked(db, &admin, &lock_row, async move {
+        p.with_retry_budget(Duration::ZERO)
+            .cancel(created.id, "no")
+            .await
+    })
+    .await
+    .expect_err("lost");
+    assert!(err.is_connection_lost(), "{err:?}");
+    let p = pool.db.clone();
+    let err = lost_while_blocked(db, &admin, &lock_key("one"), async move {
+        p.with_retry_budget(Duration::ZERO)
+            .find_or_enqueue(NewTask::new(key("one")))
+            .await
+    })
+    .await
+    .expect_err("lost");
+    assert!(err.is_connection_lost(), "{err:?}");
+
+    // The call's budget wins over the handle's, single and in a batch.
+    let p = pool.db.clone();
+    let err = lost_while_blocked(db, &admin, &lock_key("two"), async move {
+        let task = NewTask::new(key("two")).retry_budget(Duration::ZERO);
+        p.find_or_enqueue_many([task]).await
+    })
+    .await
+    .expect_err("lost");
+    assert!(err.is_connection_lost(), "{err:?}");
+    let p = pool.db.clone();
+    let outcomes = lost_while_blocked(db, &admin, &lock_key("three"), async move {
+        let task = NewTask::new(key("three")).retry_budget(Duration::from_secs(5));
+        p.with_retry_budget(Duration::ZERO)
+            .find_or_enqueue_many([task])
+            .await
+    })
+    .await
+    .expect("retried within the task's budget");
+    assert!(outcomes[0].is_created());
+
+    // The default budget: the same loss is survived.
+    let p = pool.db.clone();
+    let cancelled = lost_while_blocked(db, &admin, &lock_row, async move {
+        p.cancel(created.id, "done").await
+    })
+    .await
+    .expect("retried");
+    assert_eq!(cancelled.status, TaskStatus::Cancelled);
 }
 
 /// The child process of [`killed_worker_process_tasks_are_completed_once`]: claims up to
