@@ -31,6 +31,24 @@ macro_rules! insert_columns {
     };
 }
 
+/// The start of every insert of new tasks up to their rows, where rows are
+/// [`row_placeholders!`] (SQLite, MySQL/MariaDB).
+#[cfg_attr(not(any(feature = "sqlite", feature = "mysql")), allow(unused_macros))]
+macro_rules! insert_into {
+    () => {
+        concat!("INSERT INTO task_run (", insert_columns!(), ") VALUES ")
+    };
+}
+
+/// A new task's row, with positional placeholders for the 11 values of `args::row`
+/// (SQLite, MySQL/MariaDB).
+#[cfg_attr(not(any(feature = "sqlite", feature = "mysql")), allow(unused_macros))]
+macro_rules! row_placeholders {
+    () => {
+        "(?, ?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?)"
+    };
+}
+
 #[cfg(feature = "mysql")]
 pub(crate) mod mysql;
 #[cfg(feature = "postgres")]

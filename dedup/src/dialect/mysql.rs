@@ -17,12 +17,7 @@ pub(crate) const STATEMENTS: Statements = Statements {
     // UPDATE` (a write on the hit path, and with CLIENT_FOUND_ROWS the affected-row count
     // cannot tell a no-op from an insert). A failed statement does not abort an InnoDB
     // transaction.
-    insert: concat!(
-        "INSERT INTO task_run (",
-        insert_columns!(),
-        ") \
-         VALUES (?, ?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?)"
-    ),
+    insert: concat!(insert_into!(), row_placeholders!()),
     find_occupant: concat!(
         "SELECT ",
         columns!(),
@@ -139,13 +134,8 @@ pub(crate) const BULK: Bulk = Bulk {
     chunk: 2_000,
     insert: |rows| {
         Cow::Owned(format!(
-            concat!(
-                "INSERT INTO task_run (",
-                insert_columns!(),
-                ") VALUES {rows} \
-                 ON DUPLICATE KEY UPDATE id = id"
-            ),
-            rows = repeat("(?, ?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?)", rows)
+            concat!(insert_into!(), "{rows} ON DUPLICATE KEY UPDATE id = id"),
+            rows = repeat(row_placeholders!(), rows)
         ))
     },
     // `status` is the held row's: only a queued one takes the new values. (`VALUES()`:
@@ -153,16 +143,14 @@ pub(crate) const BULK: Bulk = Bulk {
     replace: |rows| {
         Cow::Owned(format!(
             concat!(
-                "INSERT INTO task_run (",
-                insert_columns!(),
-                ") VALUES {rows} \
-                 ON DUPLICATE KEY UPDATE \
+                insert_into!(),
+                "{rows} ON DUPLICATE KEY UPDATE \
                  payload = IF(status = 'queued', VALUES(payload), payload), \
                  run_at = IF(status = 'queued', VALUES(run_at), run_at), \
                  priority = IF(status = 'queued', VALUES(priority), priority), \
                  updated_at = IF(status = 'queued', VALUES(updated_at), updated_at)"
             ),
-            rows = repeat("(?, ?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?)", rows)
+            rows = repeat(row_placeholders!(), rows)
         ))
     },
     // A locking read, as after a single conflict: it sees rows committed after the

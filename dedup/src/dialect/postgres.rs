@@ -21,21 +21,56 @@ macro_rules! complete {
     };
 }
 
+/// A new task's row up to its conflict target (the unique index): `insert` and
+/// `replace` differ in what a conflict does.
+macro_rules! insert_on_conflict {
+    () => {
+        concat!(
+            "INSERT INTO task_run (",
+            insert_columns!(),
+            ") \
+             VALUES ($1, $2, $3, $4, 'queued', $5, 0, $6, $7, $8, $9, $10, $11) \
+             ON CONFLICT (user_id, task_type, resource_key, dedup_window_end) \
+             WHERE ",
+            occupies_key_sql!()
+        )
+    };
+}
+
+/// What `ReplaceIfQueued` does on a conflict: the queued row holding the key takes the
+/// new values in the same atomic step; a running or finished one is left alone and
+/// nothing comes back.
+macro_rules! replace_queued {
+    () => {
+        concat!(
+            " \
+             DO UPDATE SET payload = EXCLUDED.payload, run_at = EXCLUDED.run_at, \
+             priority = EXCLUDED.priority, updated_at = EXCLUDED.updated_at \
+             WHERE task_run.status = 'queued' \
+             RETURNING ",
+            columns!()
+        )
+    };
+}
+
+/// A claim up to the selection of the tasks: `claim_any` and `claim_types` differ in
+/// which tasks they select.
+macro_rules! claim_set {
+    () => {
+        "UPDATE task_run SET status = 'running', attempts = attempts + 1, \
+         lease_owner = $1, lease_expires_at = statement_timestamp() + $2 * interval '1 microsecond', \
+         started_at = statement_timestamp(), updated_at = statement_timestamp() \
+         WHERE id IN (SELECT id FROM task_run \
+         WHERE status = 'queued' AND run_at <= statement_timestamp() "
+    };
+}
+
 pub(crate) const STATEMENTS: Statements = Statements {
     // The conflict target repeats the index predicate as literals: with bound values
     // PostgreSQL fails with 42P10 once a cached statement switches to a generic plan.
     // `DO NOTHING`, not a caught unique violation: a failed INSERT would abort the
     // caller's transaction. A returned id means inserted.
-    insert: concat!(
-        "INSERT INTO task_run (",
-        insert_columns!(),
-        ") \
-         VALUES ($1, $2, $3, $4, 'queued', $5, 0, $6, $7, $8, $9, $10, $11) \
-         ON CONFLICT (user_id, task_type, resource_key, dedup_window_end) \
-         WHERE ",
-        occupies_key_sql!(),
-        " DO NOTHING RETURNING id"
-    ),
+    insert: concat!(insert_on_conflict!(), " DO NOTHING RETURNING id"),
     find_occupant: concat!(
         "SELECT ",
         columns!(),
@@ -110,42 +145,19 @@ pub(crate) const STATEMENTS: Statements = Statements {
 };
 
 pub(crate) const RETURNING: Returning = Returning {
-    // `DO UPDATE ... WHERE`: the queued row holding the key is updated in the same
-    // atomic step; a running or finished one is left alone and nothing comes back.
-    replace: concat!(
-        "INSERT INTO task_run (",
-        insert_columns!(),
-        ") \
-         VALUES ($1, $2, $3, $4, 'queued', $5, 0, $6, $7, $8, $9, $10, $11) \
-         ON CONFLICT (user_id, task_type, resource_key, dedup_window_end) \
-         WHERE ",
-        occupies_key_sql!(),
-        " \
-         DO UPDATE SET payload = EXCLUDED.payload, run_at = EXCLUDED.run_at, \
-         priority = EXCLUDED.priority, updated_at = EXCLUDED.updated_at \
-         WHERE task_run.status = 'queued' \
-         RETURNING ",
-        columns!()
-    ),
+    replace: concat!(insert_on_conflict!(), replace_queued!()),
     // SKIP LOCKED: concurrent claimers pass over each other's rows instead of queueing
     // behind them. `task_run_claim_idx (status, priority DESC, run_at, created_at, id)`
     // serves the order.
     claim_any: concat!(
-        "UPDATE task_run SET status = 'running', attempts = attempts + 1, \
-         lease_owner = $1, lease_expires_at = statement_timestamp() + $2 * interval '1 microsecond', \
-         started_at = statement_timestamp(), updated_at = statement_timestamp() \
-         WHERE id IN (SELECT id FROM task_run \
-         WHERE status = 'queued' AND run_at <= statement_timestamp() \
-         ORDER BY priority DESC, run_at, created_at, id LIMIT $3 FOR UPDATE SKIP LOCKED) \
+        claim_set!(),
+        "ORDER BY priority DESC, run_at, created_at, id LIMIT $3 FOR UPDATE SKIP LOCKED) \
          RETURNING ",
         columns!()
     ),
     claim_types: concat!(
-        "UPDATE task_run SET status = 'running', attempts = attempts + 1, \
-         lease_owner = $1, lease_expires_at = statement_timestamp() + $2 * interval '1 microsecond', \
-         started_at = statement_timestamp(), updated_at = statement_timestamp() \
-         WHERE id IN (SELECT id FROM task_run \
-         WHERE status = 'queued' AND run_at <= statement_timestamp() AND task_type = ANY($3) \
+        claim_set!(),
+        "AND task_type = ANY($3) \
          ORDER BY priority DESC, run_at, created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) \
          RETURNING ",
         columns!()
@@ -200,17 +212,7 @@ pub(crate) const BULK: Bulk = Bulk {
             " DO NOTHING RETURNING id"
         ))
     },
-    replace: |_| {
-        Cow::Borrowed(concat!(
-            bulk_insert_on_conflict!(),
-            " \
-             DO UPDATE SET payload = EXCLUDED.payload, run_at = EXCLUDED.run_at, \
-             priority = EXCLUDED.priority, updated_at = EXCLUDED.updated_at \
-             WHERE task_run.status = 'queued' \
-             RETURNING ",
-            columns!()
-        ))
-    },
+    replace: |_| Cow::Borrowed(concat!(bulk_insert_on_conflict!(), replace_queued!())),
     find_occupants,
     // No locks to avoid: the same read.
     find_occupants_after_own_insert: find_occupants,

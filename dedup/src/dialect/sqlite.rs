@@ -25,6 +25,20 @@ macro_rules! complete {
     };
 }
 
+/// A claim up to the selection of the tasks: `claim_any` and `claim_types` differ in
+/// which tasks they select.
+macro_rules! claim_set {
+    () => {
+        "UPDATE task_run SET status = 'running', attempts = attempts + 1, lease_owner = ?, \
+         lease_expires_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?), \
+         started_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
+         updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
+         WHERE id IN (SELECT id FROM task_run \
+         WHERE status = 'queued' \
+         AND run_at <= strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', '+0.001 seconds') "
+    };
+}
+
 pub(crate) const STATEMENTS: Statements = Statements {
     // No conflict target: it covers the partial unique index (and the primary key) and,
     // unlike a targeted clause, is not matched against the schema when the statement is
@@ -33,10 +47,9 @@ pub(crate) const STATEMENTS: Statements = Statements {
     // match any PRIMARY KEY or UNIQUE constraint") instead of being re-prepared. NOT NULL
     // and CHECK violations still fail, unlike with `INSERT OR IGNORE`.
     insert: concat!(
-        "INSERT INTO task_run (",
-        insert_columns!(),
-        ") \
-         VALUES (?, ?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id"
+        insert_into!(),
+        row_placeholders!(),
+        " ON CONFLICT DO NOTHING RETURNING id"
     ),
     find_occupant: concat!(
         "SELECT ",
@@ -119,11 +132,9 @@ pub(crate) const STATEMENTS: Statements = Statements {
 pub(crate) const RETURNING: Returning = Returning {
     // Untargeted `DO UPDATE` (SQLite 3.35+), for the reason above.
     replace: concat!(
-        "INSERT INTO task_run (",
-        insert_columns!(),
-        ") \
-         VALUES (?, ?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?) \
-         ON CONFLICT DO UPDATE SET payload = excluded.payload, run_at = excluded.run_at, \
+        insert_into!(),
+        row_placeholders!(),
+        " ON CONFLICT DO UPDATE SET payload = excluded.payload, run_at = excluded.run_at, \
          priority = excluded.priority, updated_at = excluded.updated_at \
          WHERE status = 'queued' \
          RETURNING ",
@@ -135,26 +146,14 @@ pub(crate) const RETURNING: Returning = Returning {
     // the millisecond of its `run_at` (else a task enqueued in the same millisecond as
     // the claim would wait for the next one).
     claim_any: concat!(
-        "UPDATE task_run SET status = 'running', attempts = attempts + 1, lease_owner = ?, \
-         lease_expires_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?), \
-         started_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
-         updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
-         WHERE id IN (SELECT id FROM task_run \
-         WHERE status = 'queued' \
-         AND run_at <= strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', '+0.001 seconds') \
-         ORDER BY priority DESC, run_at, created_at, id LIMIT ?) \
+        claim_set!(),
+        "ORDER BY priority DESC, run_at, created_at, id LIMIT ?) \
          RETURNING ",
         columns!()
     ),
     claim_types: concat!(
-        "UPDATE task_run SET status = 'running', attempts = attempts + 1, lease_owner = ?, \
-         lease_expires_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?), \
-         started_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
-         updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
-         WHERE id IN (SELECT id FROM task_run \
-         WHERE status = 'queued' \
-         AND run_at <= strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', '+0.001 seconds') \
-         AND task_type IN (SELECT value FROM json_each(?)) \
+        claim_set!(),
+        "AND task_type IN (SELECT value FROM json_each(?)) \
          ORDER BY priority DESC, run_at, created_at, id LIMIT ?) \
          RETURNING ",
         columns!()
@@ -167,27 +166,20 @@ pub(crate) const BULK: Bulk = Bulk {
     chunk: 2_000,
     insert: |rows| {
         Cow::Owned(format!(
-            concat!(
-                "INSERT INTO task_run (",
-                insert_columns!(),
-                ") VALUES {rows} \
-                 ON CONFLICT DO NOTHING RETURNING id"
-            ),
-            rows = repeat("(?, ?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?)", rows)
+            concat!(insert_into!(), "{rows} ON CONFLICT DO NOTHING RETURNING id"),
+            rows = repeat(row_placeholders!(), rows)
         ))
     },
     replace: |rows| {
         Cow::Owned(format!(
             concat!(
-                "INSERT INTO task_run (",
-                insert_columns!(),
-                ") VALUES {rows} \
-                 ON CONFLICT DO UPDATE SET payload = excluded.payload, run_at = excluded.run_at, \
+                insert_into!(),
+                "{rows} ON CONFLICT DO UPDATE SET payload = excluded.payload, run_at = excluded.run_at, \
                  priority = excluded.priority, updated_at = excluded.updated_at \
                  WHERE status = 'queued' RETURNING ",
                 columns!()
             ),
-            rows = repeat("(?, ?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?)", rows)
+            rows = repeat(row_placeholders!(), rows)
         ))
     },
     find_occupants,

@@ -110,30 +110,19 @@ pub(crate) fn rows<'a>(dialect: Dialect, rows: &[&'a task_run::Model]) -> Vec<Ar
         let now = rows
             .first()
             .map_or_else(task_run::now, |row| row.created_at);
+        let [user_id, task_type, resource_key, window_end] = key_arrays(rows);
         return vec![
-            Arg::Array(Array::Uuid(rows.iter().map(|r| r.id).collect())),
-            Arg::Array(Array::Str(
-                rows.iter().map(|r| r.user_id.as_str()).collect(),
-            )),
-            Arg::Array(Array::Str(
-                rows.iter().map(|r| r.task_type.as_str()).collect(),
-            )),
-            Arg::Array(Array::Str(
-                rows.iter().map(|r| r.resource_key.as_str()).collect(),
-            )),
+            Arg::Array(Array::Uuid(column(rows, |r| r.id))),
+            user_id,
+            task_type,
+            resource_key,
             Arg::Time(now),
-            Arg::Array(Array::Json(
-                rows.iter().map(|r| r.payload.as_ref()).collect(),
-            )),
-            Arg::Array(Array::Bool(
-                rows.iter().map(|r| r.payload.is_some()).collect(),
-            )),
-            Arg::Array(Array::Time(rows.iter().map(|r| r.run_at).collect())),
-            Arg::Array(Array::I16(rows.iter().map(|r| r.priority).collect())),
-            Arg::Array(Array::Str(rows.iter().map(|r| r.scope.as_str()).collect())),
-            Arg::Array(Array::I64(
-                rows.iter().map(|r| r.dedup_window_end).collect(),
-            )),
+            Arg::Array(Array::Json(column(rows, |r| r.payload.as_ref()))),
+            Arg::Array(Array::Bool(column(rows, |r| r.payload.is_some()))),
+            Arg::Array(Array::Time(column(rows, |r| r.run_at))),
+            Arg::Array(Array::I16(column(rows, |r| r.priority))),
+            Arg::Array(Array::Str(column(rows, |r| r.scope.as_str()))),
+            window_end,
         ];
     }
     let _ = dialect;
@@ -144,25 +133,29 @@ pub(crate) fn rows<'a>(dialect: Dialect, rows: &[&'a task_run::Model]) -> Vec<Ar
 pub(crate) fn slots<'a>(dialect: Dialect, rows: &[&'a task_run::Model]) -> Vec<Arg<'a>> {
     #[cfg(feature = "postgres")]
     if dialect == Dialect::Postgres {
-        return vec![
-            Arg::Array(Array::Str(
-                rows.iter().map(|r| r.user_id.as_str()).collect(),
-            )),
-            Arg::Array(Array::Str(
-                rows.iter().map(|r| r.task_type.as_str()).collect(),
-            )),
-            Arg::Array(Array::Str(
-                rows.iter().map(|r| r.resource_key.as_str()).collect(),
-            )),
-            Arg::Array(Array::I64(
-                rows.iter().map(|r| r.dedup_window_end).collect(),
-            )),
-        ];
+        return key_arrays(rows).into();
     }
     let _ = dialect;
     rows.iter()
         .flat_map(|r| slot(key_of(r), r.dedup_window_end))
         .collect()
+}
+
+/// The key and window of each row, one array per column.
+#[cfg(feature = "postgres")]
+fn key_arrays<'a>(rows: &[&'a task_run::Model]) -> [Arg<'a>; 4] {
+    [
+        Arg::Array(Array::Str(column(rows, |r| r.user_id.as_str()))),
+        Arg::Array(Array::Str(column(rows, |r| r.task_type.as_str()))),
+        Arg::Array(Array::Str(column(rows, |r| r.resource_key.as_str()))),
+        Arg::Array(Array::I64(column(rows, |r| r.dedup_window_end))),
+    ]
+}
+
+/// One column of `rows`.
+#[cfg(feature = "postgres")]
+fn column<'a, T>(rows: &[&'a task_run::Model], value: impl Fn(&'a task_run::Model) -> T) -> Vec<T> {
+    rows.iter().map(|r| value(r)).collect()
 }
 
 /// Ids: on PostgreSQL one array.
@@ -216,7 +209,7 @@ pub(crate) fn statement(
 /// A sqlx query of `sql`, which is either one of the dialects' constant texts or one
 /// they generated for a number of rows (never user input).
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
-pub(crate) fn query<DB: sqlx::Database>(
+fn query<DB: sqlx::Database>(
     sql: Cow<'static, str>,
 ) -> sqlx::query::Query<'static, DB, <DB as sqlx::Database>::Arguments> {
     match sql {
@@ -228,86 +221,91 @@ pub(crate) fn query<DB: sqlx::Database>(
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 type Query<'q, DB> = sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>;
 
-/// Binds a scalar; gives an array back with the query as it was.
+/// A sqlx database task-dedup binds [`Arg`]s for.
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
-#[allow(clippy::type_complexity)]
-fn bind_scalar<'q, DB>(
-    query: Query<'q, DB>,
-    arg: Arg<'q>,
-) -> Result<Query<'q, DB>, (Query<'q, DB>, Arg<'q>)>
-where
-    DB: sqlx::Database,
-    Uuid: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-    &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-    String: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-    Option<&'q serde_json::Value>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-    i16: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-    i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-    Time: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-{
-    Ok(match arg {
-        Arg::Uuid(v) => query.bind(v),
-        Arg::Str(v) => query.bind(v),
-        Arg::String(v) => query.bind(v),
-        Arg::Json(v) => query.bind(v),
-        Arg::I16(v) => query.bind(v),
-        Arg::I64(v) => query.bind(v),
-        Arg::Time(v) => query.bind(v),
-        #[cfg(feature = "postgres")]
-        arg @ Arg::Array(_) => return Err((query, arg)),
-    })
+pub(crate) trait Binds: sqlx::Database {
+    /// Binds `arg`, or gives it back with the query as it was when this database takes
+    /// no such parameter (an array outside PostgreSQL: a bug of the caller).
+    #[allow(clippy::result_large_err)]
+    fn bind_arg<'q>(
+        query: Query<'q, Self>,
+        arg: Arg<'q>,
+    ) -> Result<Query<'q, Self>, (Query<'q, Self>, Arg<'q>)>;
 }
 
-/// Binds `args` for MySQL/MariaDB or SQLite, which take no arrays.
+/// Binds a scalar [`Arg`], or hands the query and the argument to `$other`.
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+macro_rules! bind_scalar {
+    ($query:expr, $arg:expr, $other:ident => $otherwise:expr) => {
+        match $arg {
+            Arg::Uuid(v) => $query.bind(v),
+            Arg::Str(v) => $query.bind(v),
+            Arg::String(v) => $query.bind(v),
+            Arg::Json(v) => $query.bind(v),
+            Arg::I16(v) => $query.bind(v),
+            Arg::I64(v) => $query.bind(v),
+            Arg::Time(v) => $query.bind(v),
+            #[allow(unreachable_patterns)]
+            $other => $otherwise,
+        }
+    };
+}
+
+#[cfg(feature = "postgres")]
+impl Binds for sqlx::Postgres {
+    fn bind_arg<'q>(
+        query: Query<'q, Self>,
+        arg: Arg<'q>,
+    ) -> Result<Query<'q, Self>, (Query<'q, Self>, Arg<'q>)> {
+        use sqlx::types::Json;
+        Ok(bind_scalar!(query, arg, other => match other {
+            Arg::Array(Array::Uuid(v)) => query.bind(v),
+            Arg::Array(Array::Str(v)) => query.bind(v),
+            Arg::Array(Array::Json(v)) => {
+                query.bind(v.into_iter().map(|j| j.map(Json)).collect::<Vec<_>>())
+            }
+            Arg::Array(Array::Bool(v)) => query.bind(v),
+            Arg::Array(Array::Time(v)) => query.bind(v),
+            Arg::Array(Array::I16(v)) => query.bind(v),
+            Arg::Array(Array::I64(v)) => query.bind(v),
+            other => return Err((query, other)),
+        }))
+    }
+}
+
+/// MySQL/MariaDB and SQLite take scalars only.
 #[cfg(any(feature = "sqlite", feature = "mysql"))]
-pub(crate) fn bind_flat<'q, DB>(
-    mut query: Query<'q, DB>,
+macro_rules! binds_scalars {
+    ($db:ty) => {
+        impl Binds for $db {
+            fn bind_arg<'q>(
+                query: Query<'q, Self>,
+                arg: Arg<'q>,
+            ) -> Result<Query<'q, Self>, (Query<'q, Self>, Arg<'q>)> {
+                Ok(bind_scalar!(query, arg, other => return Err((query, other))))
+            }
+        }
+    };
+}
+
+#[cfg(feature = "mysql")]
+binds_scalars!(sqlx::MySql);
+#[cfg(feature = "sqlite")]
+binds_scalars!(sqlx::Sqlite);
+
+/// `sql` with `args` bound, for sqlx.
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+pub(crate) fn bind<'q, DB: Binds>(
+    sql: Cow<'static, str>,
     args: Vec<Arg<'q>>,
-) -> Result<Query<'q, DB>, DbErr>
-where
-    DB: sqlx::Database,
-    Uuid: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-    &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-    String: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-    Option<&'q serde_json::Value>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-    i16: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-    i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-    Time: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-{
+) -> Result<Query<'q, DB>, DbErr> {
+    let mut query = self::query(sql);
     for arg in args {
-        query = bind_scalar(query, arg).map_err(|(_, arg)| {
+        query = DB::bind_arg(query, arg).map_err(|(_, arg)| {
             DbErr::Custom(format!(
-                "task-dedup: an array parameter outside PostgreSQL: {arg:?}"
+                "task-dedup: a parameter this database does not take: {arg:?}"
             ))
         })?;
-    }
-    Ok(query)
-}
-
-/// Binds `args` for PostgreSQL.
-#[cfg(feature = "postgres")]
-pub(crate) fn bind_pg<'q>(
-    mut query: Query<'q, sqlx::Postgres>,
-    args: Vec<Arg<'q>>,
-) -> Result<Query<'q, sqlx::Postgres>, DbErr> {
-    use sqlx::types::Json;
-    for arg in args {
-        query = match bind_scalar(query, arg) {
-            Ok(query) => query,
-            Err((query, Arg::Array(array))) => match array {
-                Array::Uuid(v) => query.bind(v),
-                Array::Str(v) => query.bind(v),
-                Array::Json(v) => {
-                    query.bind(v.into_iter().map(|j| j.map(Json)).collect::<Vec<_>>())
-                }
-                Array::Bool(v) => query.bind(v),
-                Array::Time(v) => query.bind(v),
-                Array::I16(v) => query.bind(v),
-                Array::I64(v) => query.bind(v),
-            },
-            // `bind_scalar` gives back arrays only.
-            Err((query, _)) => query,
-        };
     }
     Ok(query)
 }

@@ -89,8 +89,9 @@ pub(crate) enum Conn<'c> {
     Pool(Pool<'c>),
     /// Through SeaORM: a connection without a sqlx pool (a mock or a proxy).
     SeaOrm(&'c DatabaseConnection),
-    /// The caller's transaction, through SeaORM.
-    Caller(&'c DatabaseTransaction),
+    /// Through SeaORM: the caller's transaction, or one of the crate's own in it (a
+    /// savepoint) or on a connection without a sqlx pool.
+    SeaOrmTxn(Txn<'c>),
     /// A transaction of the crate's own on a PostgreSQL pool (or a savepoint in one).
     #[cfg(feature = "postgres")]
     PgTxn(sqlx::Transaction<'c, sqlx::Postgres>),
@@ -100,13 +101,38 @@ pub(crate) enum Conn<'c> {
     /// The same on SQLite.
     #[cfg(feature = "sqlite")]
     SqliteTxn(sqlx::Transaction<'c, sqlx::Sqlite>),
-    /// A transaction of the crate's own through SeaORM: a savepoint in the caller's
-    /// transaction, or a transaction on a connection without a sqlx pool.
-    SeaOrmTxn(DatabaseTransaction),
 }
 
-/// Runs `$sqlx` with `$query` bound (by `$bind`) and `$executor` a sqlx executor, or
-/// `$seaorm` with `$db` a SeaORM connection and `$statement` the statement.
+/// A SeaORM transaction: the caller's (ended by the caller), or the crate's own.
+pub(crate) enum Txn<'c> {
+    Callers(&'c DatabaseTransaction),
+    Own(DatabaseTransaction),
+}
+
+impl std::ops::Deref for Txn<'_> {
+    type Target = DatabaseTransaction;
+
+    fn deref(&self) -> &DatabaseTransaction {
+        match self {
+            Txn::Callers(txn) => txn,
+            Txn::Own(txn) => txn,
+        }
+    }
+}
+
+/// Runs `$sqlx` with `$query` the statement bound for `$db` and `$executor` where it
+/// runs.
+macro_rules! on_sqlx {
+    ($db:ty, $executor_expr:expr, $sql:expr, $args:expr,
+     |$query:ident, $executor:ident| $sqlx:expr) => {{
+        let $query = args::bind::<$db>($sql, $args)?;
+        let $executor = $executor_expr;
+        $sqlx
+    }};
+}
+
+/// Runs `$sqlx` (see [`on_sqlx!`]) on a sqlx pool or transaction, or `$seaorm` with
+/// `$db` a SeaORM connection and `$statement` the statement.
 macro_rules! dispatch {
     ($conn:expr, $backend:expr, $sql:expr, $args:expr,
      sqlx |$query:ident, $executor:ident| $sqlx:expr,
@@ -114,52 +140,65 @@ macro_rules! dispatch {
         match $conn {
             #[cfg(feature = "postgres")]
             Conn::Pool(Pool::Postgres(pool)) => {
-                let $query = args::bind_pg(args::query($sql), $args)?;
                 let mut conn = pool.acquire().await.map_err(acquire_err)?;
-                let $executor = &mut *conn;
-                $sqlx
+                on_sqlx!(
+                    sqlx::Postgres,
+                    &mut *conn,
+                    $sql,
+                    $args,
+                    |$query, $executor| $sqlx
+                )
             }
             #[cfg(feature = "mysql")]
             Conn::Pool(Pool::MySql(pool)) => {
-                let $query = args::bind_flat(args::query($sql), $args)?;
                 let mut conn = pool.acquire().await.map_err(acquire_err)?;
-                let $executor = &mut *conn;
-                $sqlx
+                on_sqlx!(sqlx::MySql, &mut *conn, $sql, $args, |$query, $executor| {
+                    $sqlx
+                })
             }
             #[cfg(feature = "sqlite")]
             Conn::Pool(Pool::Sqlite(pool)) => {
-                let $query = args::bind_flat(args::query($sql), $args)?;
                 let mut conn = pool.acquire().await.map_err(acquire_err)?;
-                let $executor = &mut *conn;
-                $sqlx
+                on_sqlx!(
+                    sqlx::Sqlite,
+                    &mut *conn,
+                    $sql,
+                    $args,
+                    |$query, $executor| $sqlx
+                )
             }
             #[cfg(feature = "postgres")]
             Conn::PgTxn(txn) => {
-                let $query = args::bind_pg(args::query($sql), $args)?;
-                let $executor = &mut **txn;
-                $sqlx
+                on_sqlx!(
+                    sqlx::Postgres,
+                    &mut **txn,
+                    $sql,
+                    $args,
+                    |$query, $executor| $sqlx
+                )
             }
             #[cfg(feature = "mysql")]
             Conn::MySqlTxn(txn) => {
-                let $query = args::bind_flat(args::query($sql), $args)?;
-                let $executor = &mut **txn;
-                $sqlx
+                on_sqlx!(sqlx::MySql, &mut **txn, $sql, $args, |$query, $executor| {
+                    $sqlx
+                })
             }
             #[cfg(feature = "sqlite")]
             Conn::SqliteTxn(txn) => {
-                let $query = args::bind_flat(args::query($sql), $args)?;
-                let $executor = &mut **txn;
-                $sqlx
+                on_sqlx!(
+                    sqlx::Sqlite,
+                    &mut **txn,
+                    $sql,
+                    $args,
+                    |$query, $executor| $sqlx
+                )
             }
             Conn::SeaOrm($db) => {
                 let $statement = args::statement($backend, $sql, $args);
                 $seaorm
             }
-            Conn::Caller($db) => {
-                let $statement = args::statement($backend, $sql, $args);
-                $seaorm
-            }
-            Conn::SeaOrmTxn($db) => {
+            Conn::SeaOrmTxn(txn) => {
+                let $db = &**txn;
                 let $statement = args::statement($backend, $sql, $args);
                 $seaorm
             }
@@ -182,21 +221,15 @@ impl<'c> Conn<'c> {
         sql: Cow<'static, str>,
         args: Vec<Arg<'_>>,
     ) -> Result<Vec<QueryResult>, DbErr> {
-        dispatch!(
-            self,
-            backend,
-            sql,
-            args,
-            sqlx | query,
-            executor
-                | query
-                    .fetch_all(executor)
-                    .await
-                    .map(|rows| rows.into_iter().map(QueryResult::from).collect())
-                    .map_err(query_err),
-            seaorm | db,
-            statement | db.query_all_raw(statement).await
-        )
+        dispatch! {
+            self, backend, sql, args,
+            sqlx |query, executor| query
+                .fetch_all(executor)
+                .await
+                .map(|rows| rows.into_iter().map(QueryResult::from).collect())
+                .map_err(query_err),
+            seaorm |db, statement| db.query_all_raw(statement).await
+        }
     }
 
     /// Runs `sql`; returns how many rows it affected.
@@ -206,24 +239,15 @@ impl<'c> Conn<'c> {
         sql: Cow<'static, str>,
         args: Vec<Arg<'_>>,
     ) -> Result<u64, DbErr> {
-        dispatch!(
-            self,
-            backend,
-            sql,
-            args,
-            sqlx | query,
-            executor
-                | query
-                    .execute(executor)
-                    .await
-                    .map(|done| done.rows_affected())
-                    .map_err(exec_err),
-            seaorm | db,
-            statement
-                | db.execute_raw(statement)
-                    .await
-                    .map(|done| done.rows_affected())
-        )
+        dispatch! {
+            self, backend, sql, args,
+            sqlx |query, executor| query
+                .execute(executor)
+                .await
+                .map(|done| done.rows_affected())
+                .map_err(exec_err),
+            seaorm |db, statement| db.execute_raw(statement).await.map(|done| done.rows_affected())
+        }
     }
 
     /// Whether statements run in a transaction (the caller's or one of the crate's own).
@@ -275,39 +299,42 @@ impl<'c> Conn<'c> {
                     sqlite_transaction_mode: Some(sea_orm::SqliteTransactionMode::Immediate),
                     ..sea_orm::TransactionOptions::default()
                 };
-                Conn::SeaOrmTxn(db.begin_with_options(options).await?)
+                Conn::SeaOrmTxn(Txn::Own(db.begin_with_options(options).await?))
             }
-            Conn::SeaOrm(db) => Conn::SeaOrmTxn(db.begin().await?),
-            Conn::Caller(txn) => Conn::SeaOrmTxn(txn.begin().await?),
-            Conn::SeaOrmTxn(txn) => Conn::SeaOrmTxn(txn.begin().await?),
+            Conn::SeaOrm(db) => Conn::SeaOrmTxn(Txn::Own(db.begin().await?)),
+            Conn::SeaOrmTxn(txn) => Conn::SeaOrmTxn(Txn::Own(txn.begin().await?)),
         })
     }
 
     /// Commits a transaction of the crate's own; nothing otherwise.
     pub(crate) async fn commit(self) -> Result<(), DbErr> {
-        match self {
-            #[cfg(feature = "postgres")]
-            Conn::PgTxn(txn) => txn.commit().await.map_err(exec_err),
-            #[cfg(feature = "mysql")]
-            Conn::MySqlTxn(txn) => txn.commit().await.map_err(exec_err),
-            #[cfg(feature = "sqlite")]
-            Conn::SqliteTxn(txn) => txn.commit().await.map_err(exec_err),
-            Conn::SeaOrmTxn(txn) => txn.commit().await,
-            Conn::Pool(_) | Conn::SeaOrm(_) | Conn::Caller(_) => Ok(()),
-        }
+        self.end(true).await
     }
 
     /// Rolls back a transaction of the crate's own; nothing otherwise.
     pub(crate) async fn rollback(self) -> Result<(), DbErr> {
+        self.end(false).await
+    }
+
+    async fn end(self, commit: bool) -> Result<(), DbErr> {
+        macro_rules! end {
+            ($txn:expr) => {
+                if commit {
+                    $txn.commit().await
+                } else {
+                    $txn.rollback().await
+                }
+            };
+        }
         match self {
             #[cfg(feature = "postgres")]
-            Conn::PgTxn(txn) => txn.rollback().await.map_err(exec_err),
+            Conn::PgTxn(txn) => end!(txn).map_err(exec_err),
             #[cfg(feature = "mysql")]
-            Conn::MySqlTxn(txn) => txn.rollback().await.map_err(exec_err),
+            Conn::MySqlTxn(txn) => end!(txn).map_err(exec_err),
             #[cfg(feature = "sqlite")]
-            Conn::SqliteTxn(txn) => txn.rollback().await.map_err(exec_err),
-            Conn::SeaOrmTxn(txn) => txn.rollback().await,
-            Conn::Pool(_) | Conn::SeaOrm(_) | Conn::Caller(_) => Ok(()),
+            Conn::SqliteTxn(txn) => end!(txn).map_err(exec_err),
+            Conn::SeaOrmTxn(Txn::Own(txn)) => end!(txn),
+            Conn::Pool(_) | Conn::SeaOrm(_) | Conn::SeaOrmTxn(Txn::Callers(_)) => Ok(()),
         }
     }
 }

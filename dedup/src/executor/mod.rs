@@ -19,8 +19,8 @@ use sea_orm::{DbBackend, FromQueryResult, QueryResult};
 use uuid::Uuid;
 
 use self::args::Arg;
-use self::conn::Conn;
 pub(crate) use self::conn::Pool;
+use self::conn::{Conn, Txn};
 use crate::connection::Target;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 use crate::dialect::Returning;
@@ -136,7 +136,10 @@ impl<'c> Executor<'c> {
                 Some(pool) => (Conn::Pool(pool), db.get_database_backend()),
                 None => (Conn::SeaOrm(db), db.get_database_backend()),
             },
-            Target::Transaction(txn) => (Conn::Caller(txn), txn.get_database_backend()),
+            Target::Transaction(txn) => (
+                Conn::SeaOrmTxn(Txn::Callers(txn)),
+                txn.get_database_backend(),
+            ),
         };
         Ok(Executor {
             conn,
