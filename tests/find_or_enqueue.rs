@@ -32,6 +32,7 @@ matrix!(
     unreachable_database_is_an_error,
     thousand_sequential_calls_on_one_connection,
     created_and_existing_match_the_stored_row,
+    keys_without_a_user_are_unique_among_themselves,
 );
 
 const CALLERS: usize = 64;
@@ -152,6 +153,44 @@ async fn storm_on_one_key_creates_exactly_one(db: &TestDb) {
     assert_eq!(
         task_run::Entity::find().count(&db.db).await.expect("count"),
         20
+    );
+}
+
+/// Keys without a user: a storm on one creates one task, it round-trips with an empty
+/// `user_id`, and it never meets a user's key of the same type and resource.
+async fn keys_without_a_user_are_unique_among_themselves(db: &TestDb) {
+    db.migrate().await;
+    let pool = db.pool(CALLERS as u32).await;
+    let shared = TaskKey::without_user("render", "doc-shared").expect("valid key");
+    let outcomes = storm(
+        &pool,
+        std::slice::from_ref(&shared),
+        CALLERS,
+        Strategy::FindOrEnqueue,
+    )
+    .await;
+    assert_one_created(&outcomes, CALLERS);
+    let stored = active_rows(&db.db, &shared).await;
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].user_id, "");
+    let found = db
+        .db
+        .find_active(&shared)
+        .await
+        .expect("read")
+        .expect("held");
+    assert_eq!(found.id, stored[0].id);
+    // A user's key with the same type and resource is another key.
+    let users = db
+        .db
+        .find_or_enqueue(NewTask::new(key("doc-shared")))
+        .await
+        .expect("enqueue");
+    assert!(users.is_created());
+    assert_ne!(users.task().id, found.id);
+    assert!(
+        TaskKey::without_user("", "r").is_err() && TaskKey::without_user("t", "").is_err(),
+        "the type and the resource are still checked"
     );
 }
 

@@ -44,7 +44,7 @@ impl TaskKey {
             task_type: task_type.into(),
             resource_key: resource_key.into(),
         };
-        for (field, value, max_chars) in [
+        key.check(&[
             (KeyField::UserId, &key.user_id, USER_ID_MAX_CHARS),
             (KeyField::TaskType, &key.task_type, TASK_TYPE_MAX_CHARS),
             (
@@ -52,15 +52,64 @@ impl TaskKey {
                 &key.resource_key,
                 RESOURCE_KEY_MAX_CHARS,
             ),
-        ] {
-            validate::text(value, max_chars).map_err(|reason| InvalidKey { field, reason })?;
-        }
+        ])?;
         Ok(key)
     }
 
-    /// Who the task belongs to.
+    /// Checks `fields`, each against its column.
+    fn check(&self, fields: &[(KeyField, &String, usize)]) -> Result<(), InvalidKey> {
+        for &(field, value, max_chars) in fields {
+            validate::text(value, max_chars).map_err(|reason| InvalidKey { field, reason })?;
+        }
+        Ok(())
+    }
+
+    /// A key that belongs to no user: work of the application itself (a nightly
+    /// report, a cache to rebuild). Stored with an empty `user_id`, which no key made by
+    /// [`TaskKey::new`] has, so keys without a user are unique among themselves and
+    /// never collide with a user's.
+    ///
+    /// # Errors
+    /// As [`TaskKey::new`], for the task type and the resource key.
+    ///
+    /// ```
+    /// use task_dedup::TaskKey;
+    ///
+    /// let key = TaskKey::without_user("rebuild-sitemap", "site/main")?;
+    /// assert_eq!(key.user_id(), "");
+    /// assert!(!key.has_user());
+    /// assert_ne!(key, TaskKey::new("site", "rebuild-sitemap", "site/main")?);
+    /// # Ok::<(), task_dedup::InvalidKey>(())
+    /// ```
+    pub fn without_user(
+        task_type: impl Into<String>,
+        resource_key: impl Into<String>,
+    ) -> Result<TaskKey, InvalidKey> {
+        let key = TaskKey {
+            user_id: String::new(),
+            task_type: task_type.into(),
+            resource_key: resource_key.into(),
+        };
+        key.check(&[
+            (KeyField::TaskType, &key.task_type, TASK_TYPE_MAX_CHARS),
+            (
+                KeyField::ResourceKey,
+                &key.resource_key,
+                RESOURCE_KEY_MAX_CHARS,
+            ),
+        ])?;
+        Ok(key)
+    }
+
+    /// Who the task belongs to: empty for a key [without a user](Self::without_user).
     pub fn user_id(&self) -> &str {
         &self.user_id
+    }
+
+    /// Whether the key belongs to a user (it was not made by
+    /// [`without_user`](Self::without_user)).
+    pub fn has_user(&self) -> bool {
+        !self.user_id.is_empty()
     }
 
     /// What kind of work it is.
@@ -98,13 +147,15 @@ impl TaskKey {
 }
 
 impl fmt::Display for TaskKey {
-    /// `("user", "type", "resource")`, quoted so that spaces and empty-looking parts show.
+    /// `("user", "type", "resource")`, quoted so that spaces and empty-looking parts
+    /// show; `(no user, "type", "resource")` for a key without a user.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "({:?}, {:?}, {:?})",
-            self.user_id, self.task_type, self.resource_key
-        )
+        if self.has_user() {
+            write!(f, "({:?}, ", self.user_id)?;
+        } else {
+            f.write_str("(no user, ")?;
+        }
+        write!(f, "{:?}, {:?})", self.task_type, self.resource_key)
     }
 }
 

@@ -68,3 +68,9 @@ pub use validate::{InvalidReason, MAX_CLAIM, MAX_LEASE};
 #[cfg(feature = "worker")]
 #[cfg_attr(docsrs, doc(cfg(feature = "worker")))]
 pub use worker::{Handler, HandlerError, Wakeups, Worker, WorkerBuilder, WorkerReport};
+
+/// tokio-util's cancellation token, which [`Worker::run`] and [`Handler`]s take: here so
+/// that an application needs no `tokio-util` dependency of its own.
+#[cfg(feature = "worker")]
+#[cfg_attr(docsrs, doc(cfg(feature = "worker")))]
+pub use tokio_util::sync::CancellationToken;
