@@ -76,7 +76,11 @@ pub async fn connect_with(mut options: ConnectOptions) -> Result<DatabaseConnect
     } else if options.get_max_connections().is_none() {
         options.max_connections(DEFAULT_MAX_CONNECTIONS);
     }
-    Ok(Database::connect(options).await?)
+    let db = Database::connect(options).await?;
+    // A database SeaORM connects to but task-dedup was built without says so now, not at
+    // the first enqueue.
+    crate::dialect::Dialect::of(sea_orm::ConnectionTrait::get_database_backend(&db))?;
+    Ok(db)
 }
 
 fn is_in_memory(url: &str) -> bool {

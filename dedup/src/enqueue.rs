@@ -12,7 +12,7 @@ use crate::key::TaskKey;
 use crate::retry::{MAX_ENQUEUE_ATTEMPTS, Retrying};
 use crate::task::{NewTask, OnConflict, Scope};
 use crate::task_run;
-use crate::{metrics, notify};
+use crate::{guard, metrics, notify};
 
 /// What [`TaskDedup::find_or_enqueue`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -209,6 +209,7 @@ impl<C: DedupConnection> TaskDedup for C {
     async fn find_or_enqueue(&self, task: NewTask) -> Result<Enqueued, DedupError> {
         task.validate()?;
         let mut exec = Executor::new(self.target())?;
+        guard::ensure(&mut exec).await?;
         let (key, on_conflict, budget, mut row) = task.into_row();
         let replace = on_conflict == OnConflict::ReplaceIfQueued;
         // Every retry keeps the id: an attempt lost with its connection may have

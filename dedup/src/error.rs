@@ -112,6 +112,20 @@ pub enum DedupError {
     /// transaction is aborted. Not retried by the library: the limit is the caller's.
     #[error("the database timed out: {0}")]
     Timeout(#[source] DbErr),
+    /// `task_run` exists but lacks the unique index the guarantee rests on (a table made
+    /// from the entity, by hand or by an older release), so enqueueing would create
+    /// duplicates; nothing was written. Run task-dedup's migrations
+    /// (`task_dedup_migration::migrations()`) or `task_dedup_migration::ensure_schema`,
+    /// which add it. Checked once per database before its first enqueue.
+    #[error(
+        "task_run is not guarded against duplicates ({problem}): run task-dedup's migrations \
+         or task_dedup_migration::ensure_schema, which add the unique index \
+         task_active_resource_uidx"
+    )]
+    Unguarded {
+        /// What is missing or wrong.
+        problem: String,
+    },
     /// Any other database error, including a pool timeout.
     #[error(transparent)]
     Database(DbErr),

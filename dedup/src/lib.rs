@@ -36,6 +36,12 @@
 //! feature, at run time.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(not(any(feature = "sqlite", feature = "postgres", feature = "mysql")))]
+compile_error!(
+    "task-dedup needs at least one database feature: `sqlite`, `postgres` or `mysql` \
+     (with `default-features = false`, add the ones your application connects to)"
+);
+
 mod backoff;
 mod bulk;
 mod connect;
@@ -44,6 +50,7 @@ mod dialect;
 mod enqueue;
 mod error;
 mod executor;
+mod guard;
 mod key;
 mod lifecycle;
 mod metrics;
@@ -68,6 +75,13 @@ pub use validate::{InvalidReason, MAX_CLAIM, MAX_LEASE};
 #[cfg(feature = "worker")]
 #[cfg_attr(docsrs, doc(cfg(feature = "worker")))]
 pub use worker::{Handler, HandlerError, Wakeups, Worker, WorkerBuilder, WorkerReport};
+
+/// task-dedup's migrations and `ensure_schema` (the crate `task-dedup-migration`), built
+/// with this crate's database features: splice `task_dedup::migration::migrations()` into
+/// your `Migrator`, and one feature choice per database covers the library and its schema.
+#[cfg(feature = "migration")]
+#[cfg_attr(docsrs, doc(cfg(feature = "migration")))]
+pub use task_dedup_migration as migration;
 
 /// tokio-util's cancellation token, which [`Worker::run`] and [`Handler`]s take: here so
 /// that an application needs no `tokio-util` dependency of its own.

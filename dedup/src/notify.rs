@@ -55,7 +55,6 @@ pub(crate) async fn task_due(exec: &mut Executor<'_>) -> Result<(), DedupError> 
 #[cfg(feature = "postgres")]
 mod postgres {
     use std::collections::HashMap;
-    use std::hash::{DefaultHasher, Hash, Hasher};
     use std::sync::{LazyLock, Mutex};
     use std::time::Instant;
 
@@ -100,23 +99,12 @@ mod postgres {
         }
     }
 
-    /// The database behind a pool: host, port and name. A caller's transaction does not
-    /// tell, so transactions share one key; two databases written in transactions from
-    /// one process may then swallow each other's notification within the debounce, and
-    /// the task waits for the workers' fallback poll.
+    /// The database behind a pool. A caller's transaction does not tell, so
+    /// transactions share one key; two databases written in transactions from one
+    /// process may then swallow each other's notification within the debounce, and the
+    /// task waits for the workers' fallback poll.
     fn database_key(pool: Option<Pool<'_>>) -> u64 {
-        let Some(Pool::Postgres(pool)) = pool else {
-            return 0;
-        };
-        let options = pool.connect_options();
-        let mut hasher = DefaultHasher::new();
-        (
-            options.get_host(),
-            options.get_port(),
-            options.get_database(),
-        )
-            .hash(&mut hasher);
-        hasher.finish()
+        pool.map_or(0, Pool::identity)
     }
 }
 

@@ -58,6 +58,7 @@
 pub use sea_orm_migration::prelude::*;
 
 mod compat;
+mod entity_first;
 mod m20261130_000001_task_dedup_create_task_run;
 mod m20261130_000002_task_dedup_active_resource_uidx;
 mod m20261130_000003_task_dedup_scheduling;
@@ -65,6 +66,7 @@ mod m20261130_000004_task_dedup_scopes;
 mod sql;
 
 pub use compat::{ColumnProblem, CompatReport, SchemaError, ensure_schema};
+pub use entity_first::apply_with_task_run;
 
 /// The ledger table of the standalone [`Migrator`].
 pub const MIGRATION_TABLE: &str = "task_dedup_migrations";

@@ -1,6 +1,8 @@
-//! Compiles against the PostgreSQL-only feature set; never run by CI.
-use task_dedup::{NewTask, TaskDedup, TaskKey};
-use task_dedup_migration::{Migrator, MigratorTrait};
+//! Compiles against the PostgreSQL-only feature set of README's install section, with
+//! what its later sections use (migrations, the Worker, the cancellation token); never
+//! run by CI.
+use task_dedup::migration::{Migrator, MigratorTrait};
+use task_dedup::{CancellationToken, HandlerError, NewTask, TaskDedup, TaskKey, Worker, task_run};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -8,5 +10,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Migrator::up(&db, None).await?;
     let key = TaskKey::new("user-1", "render", "doc-1")?;
     println!("{:?}", db.find_or_enqueue(NewTask::new(key)).await?);
+    let worker = Worker::builder(db)
+        .handler(|task: task_run::Model, _cancel: CancellationToken| async move {
+            println!("{}", task.resource_key);
+            Ok::<_, HandlerError>(None)
+        })
+        .build()?;
+    worker.run(CancellationToken::new()).await?;
     Ok(())
 }

@@ -161,7 +161,7 @@ pub(crate) struct Bulk {
 
 /// One of the dialects this crate was built with (features `postgres`, `sqlite`,
 /// `mysql`). The executor reads it off the connection once per operation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Dialect {
     #[cfg(feature = "postgres")]
     Postgres,
@@ -184,7 +184,12 @@ impl Dialect {
             DbBackend::MySql => Ok(Dialect::MySql),
             other => Err(DbErr::BackendNotSupported {
                 db: other.as_str(),
-                ctx: "task-dedup (build it with this database's feature: sqlite, postgres or mysql)",
+                ctx: match other {
+                    DbBackend::Postgres => "task-dedup: enable its `postgres` feature",
+                    DbBackend::MySql => "task-dedup: enable its `mysql` feature",
+                    DbBackend::Sqlite => "task-dedup: enable its `sqlite` feature",
+                    _ => "task-dedup: enable this database's feature (sqlite, postgres or mysql)",
+                },
             }),
         }
     }
@@ -237,6 +242,27 @@ impl Dialect {
     }
 }
 
+/// What the check of `task_active_resource_uidx` found (`crate::guard`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Guarded {
+    /// The index is there and is the guarantee.
+    Yes,
+    /// There is no `task_run` table: nothing to check (writing to it fails loudly).
+    NoTable,
+    /// `task_run` exists without the guarantee: what is wrong.
+    No(String),
+}
+
+/// Normalizes SQL text for comparison: lowercase, without quotes, backticks and
+/// whitespace.
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+fn squeeze(sql: &str) -> String {
+    sql.chars()
+        .filter(|c| !c.is_whitespace() && !matches!(c, '"' | '`'))
+        .flat_map(char::to_lowercase)
+        .collect()
+}
+
 /// What a database error means to task-dedup. Each failure is classified once, where it
 /// arises ([`Failure`]), by its dialect's named codes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -284,6 +310,15 @@ impl Kind {
         }
         let _ = err;
         Kind::Other
+    }
+}
+
+/// PostgreSQL's own error behind `err`, if it is one.
+#[cfg(feature = "postgres")]
+pub(crate) fn postgres_error(err: &DbErr) -> Option<&sea_orm::sqlx::postgres::PgDatabaseError> {
+    match sqlx_error(err)? {
+        sea_orm::sqlx::Error::Database(db_err) => db_err.try_downcast_ref(),
+        _ => None,
     }
 }
 
@@ -395,7 +430,7 @@ mod tests {
     }
 
     /// The order statements are pinned in: what each dialect lacks is skipped.
-    const ORDER: [&str; 21] = [
+    const ORDER: [&str; 22] = [
         "insert",
         "replace",
         "find_occupant",
@@ -417,6 +452,7 @@ mod tests {
         "reap_requeue",
         "prune",
         "notify",
+        "guard",
     ];
 
     fn render(all: Vec<(&'static str, Cow<'static, str>)>) -> String {
@@ -439,16 +475,16 @@ mod tests {
     fn postgres_statements_are_pinned() {
         let mut all = render_returning(&postgres::STATEMENTS, &postgres::RETURNING);
         all.push(("notify", Cow::Borrowed(postgres::NOTIFY)));
+        all.push(("guard", Cow::Borrowed(postgres::GUARD)));
         insta::assert_snapshot!(render(all));
     }
 
     #[cfg(feature = "sqlite")]
     #[test]
     fn sqlite_statements_are_pinned() {
-        insta::assert_snapshot!(render(render_returning(
-            &sqlite::STATEMENTS,
-            &sqlite::RETURNING
-        )));
+        let mut all = render_returning(&sqlite::STATEMENTS, &sqlite::RETURNING);
+        all.push(("guard", Cow::Borrowed(sqlite::GUARD)));
+        insta::assert_snapshot!(render(all));
     }
 
     /// MySQL's flows of its own, with two tasks where a statement takes a list of ids.
@@ -462,6 +498,7 @@ mod tests {
             ("claim_types", Cow::Borrowed(mysql::CLAIM_TYPES)),
             ("claim_update", mysql::claim_update(2)),
             ("claimed", mysql::claimed(2)),
+            ("guard", Cow::Borrowed(mysql::GUARD)),
         ]);
         insta::assert_snapshot!(render(all));
     }

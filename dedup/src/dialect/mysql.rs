@@ -9,7 +9,7 @@ use std::borrow::Cow;
 use sea_orm::sqlx::mysql::MySqlDatabaseError;
 use task_dedup_entity::task_run::ACTIVE_RESOURCE_UIDX;
 
-use super::{Bulk, Kind, Statements, repeat};
+use super::{Bulk, Guarded, Kind, Statements, repeat, squeeze};
 
 pub(crate) const STATEMENTS: Statements = Statements {
     // A plain INSERT, and the duplicate-key error on our index means "held". Not
@@ -193,6 +193,58 @@ pub(crate) fn ids_in(ids: usize) -> Cow<'static, str> {
         "SELECT id FROM task_run WHERE id IN ({ids})",
         ids = repeat("?", ids)
     ))
+}
+
+/// The table, the columns of the unique index in order, and the expression of the
+/// generated column it reads (MariaDB and MySQL have no partial indexes: `occupied` is
+/// 1 while a row holds its key, NULL otherwise).
+pub(crate) const GUARD: &str = "SELECT \
+     (SELECT COUNT(*) FROM information_schema.TABLES \
+      WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'task_run') AS has_table, \
+     (SELECT CAST(GROUP_CONCAT(COLUMN_NAME ORDER BY SEQ_IN_INDEX) AS CHAR) \
+      FROM information_schema.STATISTICS \
+      WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'task_run' \
+      AND INDEX_NAME = 'task_active_resource_uidx' AND NON_UNIQUE = 0) AS key_columns, \
+     (SELECT CAST(GENERATION_EXPRESSION AS CHAR) FROM information_schema.COLUMNS \
+      WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'task_run' \
+      AND COLUMN_NAME = 'occupied') AS occupied";
+
+/// What [`GUARD`]'s row says.
+pub(crate) fn guarded(
+    has_table: i64,
+    key_columns: Option<&str>,
+    occupied: Option<&str>,
+) -> Guarded {
+    const KEY_COLUMNS: &str = "user_id,task_type,resource_key,dedup_window_end,occupied";
+    if has_table == 0 {
+        return Guarded::NoTable;
+    }
+    match key_columns {
+        None => return Guarded::No("task_active_resource_uidx is missing".to_owned()),
+        Some(columns) if columns != KEY_COLUMNS => {
+            return Guarded::No(format!(
+                "task_active_resource_uidx is on ({columns}), not ({KEY_COLUMNS})"
+            ));
+        }
+        Some(_) => {}
+    }
+    // The server rewrites the expression (quotes, parentheses); its terms stay.
+    let expression = occupied.map(squeeze).unwrap_or_default();
+    let reads_the_key = [
+        "'active'",
+        "'queued'",
+        "'running'",
+        "'period'",
+        "scope",
+        "status",
+    ]
+    .iter()
+    .all(|term| expression.contains(term));
+    if reads_the_key {
+        Guarded::Yes
+    } else {
+        Guarded::No("the column `occupied` is not generated from scope and status".to_owned())
+    }
 }
 
 /// A duplicate key in a unique index (or the primary key).

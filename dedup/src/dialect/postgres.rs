@@ -9,7 +9,7 @@ use sea_orm::sqlx::postgres::PgDatabaseError;
 use task_dedup_entity::occupies_key_sql;
 use task_dedup_entity::task_run::ACTIVE_RESOURCE_UIDX;
 
-use super::{Bulk, Kind, Returning, Statements};
+use super::{Bulk, Guarded, Kind, Returning, Statements};
 
 /// running → succeeded, up to `RETURNING`: `complete` and `complete_quietly` differ only
 /// in what they return.
@@ -179,6 +179,34 @@ pub(crate) const CHANNEL: &str = channel!();
 /// interval; see `crate::notify`).
 pub(crate) const NOTIFY: &str = concat!("SELECT pg_notify('", channel!(), "', '')");
 
+/// Checks the guarantee without writing: planning an insert with the conflict target of
+/// `insert` fails (42P10) unless a unique index matches it, predicate included. PostgreSQL
+/// infers the arbiter index from the catalog when it plans, so this is exact; EXPLAIN
+/// runs nothing.
+pub(crate) const GUARD: &str = concat!(
+    "EXPLAIN INSERT INTO task_run (user_id, task_type, resource_key, dedup_window_end) \
+     SELECT user_id, task_type, resource_key, dedup_window_end FROM task_run WHERE false \
+     ON CONFLICT (user_id, task_type, resource_key, dedup_window_end) WHERE ",
+    occupies_key_sql!(),
+    " DO NOTHING"
+);
+
+/// What [`GUARD`] failing with `e` means, if it is about the schema.
+pub(crate) fn guard_failure(e: &PgDatabaseError) -> Option<Guarded> {
+    match e.code() {
+        UNDEFINED_TABLE => Some(Guarded::NoTable),
+        INVALID_COLUMN_REFERENCE => Some(Guarded::No(format!(
+            "no unique index matches the dedup key and its predicate ({ACTIVE_RESOURCE_UIDX} \
+             is missing or is not the guarantee)"
+        ))),
+        UNDEFINED_COLUMN => Some(Guarded::No(format!(
+            "the table predates task-dedup's schema: {}",
+            e.message()
+        ))),
+        _ => None,
+    }
+}
+
 /// The start of both bulk inserts: the rows from one array per column, up to the
 /// conflict target (the unique index); they differ in what a conflict does.
 macro_rules! bulk_insert_on_conflict {
@@ -264,6 +292,12 @@ const CANNOT_CONNECT_NOW: &str = "57P03";
 const QUERY_CANCELED: &str = "57014";
 /// SQLSTATE of a lock not obtained within `lock_timeout`.
 const LOCK_NOT_AVAILABLE: &str = "55P03";
+/// SQLSTATE of a relation that does not exist.
+const UNDEFINED_TABLE: &str = "42P01";
+/// SQLSTATE of a column that does not exist.
+const UNDEFINED_COLUMN: &str = "42703";
+/// SQLSTATE of an `ON CONFLICT` target no unique index matches.
+const INVALID_COLUMN_REFERENCE: &str = "42P10";
 
 /// What a PostgreSQL error means. PostgreSQL names the violated constraint (here: the
 /// index) in its own field.

@@ -12,7 +12,7 @@ use sea_orm::sqlx::error::DatabaseError;
 use sea_orm::sqlx::sqlite::SqliteError;
 use task_dedup_entity::occupies_key_sql;
 
-use super::{Bulk, Kind, Returning, Statements, repeat};
+use super::{Bulk, Guarded, Kind, Returning, Statements, repeat, squeeze};
 
 /// running → succeeded, up to `RETURNING`: `complete` and `complete_quietly` differ only
 /// in what they return.
@@ -209,6 +209,41 @@ fn find_occupants(rows: usize) -> Cow<'static, str> {
         ),
         rows = repeat("(?, ?, ?, ?)", rows)
     ))
+}
+
+/// The table and the unique index as the schema has them: `type`, `sql` of `task_run` and
+/// of `task_active_resource_uidx`. Read from `sqlite_master`, which is always current:
+/// a statement with a targeted `ON CONFLICT` would be checked against the schema a pooled
+/// connection cached when it opened.
+pub(crate) const GUARD: &str = "SELECT type, sql FROM sqlite_master \
+                                WHERE (type = 'table' AND name = 'task_run') \
+                                OR (type = 'index' AND name = 'task_active_resource_uidx' \
+                                AND tbl_name = 'task_run')";
+
+/// What the rows of [`GUARD`] (type, sql) say.
+pub(crate) fn guarded(rows: &[(String, Option<String>)]) -> Guarded {
+    if !rows.iter().any(|(kind, _)| kind == "table") {
+        return Guarded::NoTable;
+    }
+    let Some(sql) = rows
+        .iter()
+        .find(|(kind, _)| kind == "index")
+        .and_then(|(_, sql)| sql.as_deref())
+    else {
+        return Guarded::No("task_active_resource_uidx is missing".to_owned());
+    };
+    let wanted = squeeze(concat!(
+        "CREATE UNIQUE INDEX task_active_resource_uidx ON task_run ",
+        "(user_id, task_type, resource_key, dedup_window_end) WHERE ",
+        occupies_key_sql!()
+    ));
+    if squeeze(sql) == wanted {
+        Guarded::Yes
+    } else {
+        Guarded::No(format!(
+            "task_active_resource_uidx is not the guarantee: {sql}"
+        ))
+    }
 }
 
 /// Extended result code of a UNIQUE constraint failure.

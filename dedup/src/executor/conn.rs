@@ -53,6 +53,42 @@ impl<'c> Pool<'c> {
         }
     }
 
+    /// Which database the pool connects to (host, port and database name; a SQLite
+    /// file), hashed: pools of one database share it.
+    pub(crate) fn identity(self) -> u64 {
+        use std::hash::{DefaultHasher, Hash, Hasher};
+        let mut hasher = DefaultHasher::new();
+        match self {
+            #[cfg(feature = "postgres")]
+            Pool::Postgres(pool) => {
+                let options = pool.connect_options();
+                (
+                    "postgres",
+                    options.get_host(),
+                    options.get_port(),
+                    options.get_database(),
+                )
+                    .hash(&mut hasher);
+            }
+            #[cfg(feature = "mysql")]
+            Pool::MySql(pool) => {
+                let options = pool.connect_options();
+                (
+                    "mysql",
+                    options.get_host(),
+                    options.get_port(),
+                    options.get_database(),
+                )
+                    .hash(&mut hasher);
+            }
+            #[cfg(feature = "sqlite")]
+            Pool::Sqlite(pool) => {
+                ("sqlite", pool.connect_options().get_filename()).hash(&mut hasher);
+            }
+        }
+        hasher.finish()
+    }
+
     /// Closes the pool's idle connections that no longer answer a ping (the server
     /// dropped them), so the next statements get live or new ones. Called after a lost
     /// connection only: one ping per idle connection then, nothing on the way to a

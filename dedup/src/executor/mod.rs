@@ -24,7 +24,7 @@ use self::conn::{Conn, Txn};
 use crate::connection::Target;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 use crate::dialect::Returning;
-use crate::dialect::{Dialect, Failure, Statements};
+use crate::dialect::{Dialect, Failure, Guarded, Statements};
 use crate::task_run;
 
 /// Runs task-dedup's statements on one connection: a pool, the caller's transaction, or
@@ -520,6 +520,61 @@ impl<'c> Executor<'c> {
         let values = args::ids(self.dialect, ids);
         self.tasks((self.dialect.bulk().by_ids)(ids.len()), values)
             .await
+    }
+
+    /// Whether `task_run` holds the guarantee: its unique index is there and is the one
+    /// the statements rely on. Reads the catalog (PostgreSQL: plans an insert, in a
+    /// savepoint inside the caller's transaction, whose failure would abort it).
+    pub(crate) async fn guard(&mut self) -> Result<Guarded, Failure> {
+        match self.dialect {
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => {
+                let mut txn = self.begin(false).await?;
+                let outcome = txn.affected(crate::dialect::postgres::GUARD, vec![]).await;
+                let _ = txn.conn.rollback().await;
+                match outcome {
+                    Ok(_) => Ok(Guarded::Yes),
+                    Err(failure) => {
+                        let schema = crate::dialect::postgres_error(&failure.err)
+                            .and_then(crate::dialect::postgres::guard_failure);
+                        schema.ok_or(failure)
+                    }
+                }
+            }
+            #[cfg(feature = "sqlite")]
+            Dialect::Sqlite => {
+                let rows = self.rows(crate::dialect::sqlite::GUARD, vec![]).await?;
+                let rows = rows
+                    .iter()
+                    .map(|row| Ok((row.try_get("", "type")?, row.try_get("", "sql")?)))
+                    .collect::<Result<Vec<_>, sea_orm::DbErr>>()?;
+                Ok(crate::dialect::sqlite::guarded(&rows))
+            }
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => {
+                let rows = self.rows(crate::dialect::mysql::GUARD, vec![]).await?;
+                let Some(row) = rows.first() else {
+                    return Ok(Guarded::NoTable);
+                };
+                let has_table: i64 = row.try_get("", "has_table")?;
+                let columns: Option<String> = row.try_get("", "key_columns")?;
+                let occupied: Option<String> = row.try_get("", "occupied")?;
+                Ok(crate::dialect::mysql::guarded(
+                    has_table,
+                    columns.as_deref(),
+                    occupied.as_deref(),
+                ))
+            }
+        }
+    }
+
+    /// The identity of the database behind a pool (see [`Pool::identity`]); `None` in
+    /// the caller's transaction, which does not tell.
+    pub(crate) fn database_identity(&self) -> Option<u64> {
+        match self.conn {
+            Conn::Pool(pool) => Some(pool.identity()),
+            _ => None,
+        }
     }
 
     /// Wakes PostgreSQL workers that LISTEN (inside a transaction: at its commit).

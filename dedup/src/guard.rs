@@ -1,0 +1,50 @@
+//! Never silently unguarded: before the first enqueue on a database, check that
+//! `task_run` has the unique index the guarantee rests on. A table made from the entity
+//! (SeaORM's entity-first workflow), by hand or by an older release lacks it, and then
+//! `find_or_enqueue` would insert duplicates without a word; this refuses instead.
+//!
+//! One catalog read per database and process: the outcome is cached by the database's
+//! identity (host, port and name; a SQLite file). The caller's transaction does not say
+//! which database it is on, so transactions are checked once per process and dialect.
+
+use std::collections::HashSet;
+use std::sync::{LazyLock, Mutex};
+
+use crate::dialect::{Dialect, Guarded};
+use crate::error::DedupError;
+use crate::executor::Executor;
+
+/// A database as the cache knows it: its dialect and identity, `None` for transactions.
+type Database = (Dialect, Option<u64>);
+
+/// The databases found guarded.
+static GUARDED: LazyLock<Mutex<HashSet<Database>>> = LazyLock::new(|| Mutex::new(HashSet::new()));
+
+/// Refuses to go on when `task_run` exists without its guarantee.
+///
+/// # Errors
+/// [`DedupError::Unguarded`] naming what is missing; the errors of the catalog read.
+pub(crate) async fn ensure(exec: &mut Executor<'_>) -> Result<(), DedupError> {
+    let key = (exec.dialect(), exec.database_identity());
+    if lock().contains(&key) {
+        return Ok(());
+    }
+    match exec.guard().await? {
+        Guarded::Yes => {
+            lock().insert(key);
+            Ok(())
+        }
+        // The write itself will say so, as it did before this check.
+        Guarded::NoTable => Ok(()),
+        Guarded::No(problem) => {
+            tracing::error!(%problem, "task_run lacks its unique index: refusing to enqueue");
+            Err(DedupError::Unguarded { problem })
+        }
+    }
+}
+
+fn lock() -> std::sync::MutexGuard<'static, HashSet<Database>> {
+    GUARDED
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
