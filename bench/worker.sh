@@ -70,6 +70,8 @@ for dialect in $dialects; do
       "$bin" "${common[@]}" --strategy find-or-enqueue --workload worker-latency --wakeups "$wakeups" \
         --rate "$idle_rate" --clients 1 --ops 40 | sed 's/^/idle: /' | tee -a "$results"
       "$bin" "${common[@]}" --strategy find-or-enqueue --workload worker-latency --wakeups "$wakeups" \
+        --rate "$idle_rate" --clients 1 --ops 40 --in-transaction | sed 's/^/idle, in a transaction: /' | tee -a "$results"
+      "$bin" "${common[@]}" --strategy find-or-enqueue --workload worker-latency --wakeups "$wakeups" \
         --rate "$load_rate" --clients 8 --ops 4000 | sed 's/^/load: /' | tee -a "$results"
     done
   fi

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{Dialect, TestDb};
-use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
+use sea_orm::{ConnectionTrait, DatabaseConnection, Statement, TransactionTrait};
 use task_dedup::{
     DedupError, HandlerError, NewTask, RetryPolicy, TaskDedup, TaskKey, TaskStatus, TaskWorker,
     Wakeups, Worker, WorkerReport, task_run,
@@ -27,6 +27,7 @@ matrix!(
     a_handler_deaf_to_its_cancellation_is_dropped_after_the_cancel_grace,
     a_panicking_handler_leaves_the_worker_running,
     a_new_task_starts_without_waiting_for_the_poll,
+    a_task_enqueued_in_a_transaction_starts_without_waiting_for_the_poll,
     a_killed_worker_processs_tasks_are_run_by_another_worker,
 );
 
@@ -554,6 +555,17 @@ async fn a_panicking_handler_leaves_the_worker_running(db: &TestDb) {
 /// PostgreSQL (LISTEN) and SQLite (the in-process doorbell) start a new task at once
 /// though the worker's poll is 30 s; MySQL/MariaDB polls, so its poll is short here.
 async fn a_new_task_starts_without_waiting_for_the_poll(db: &TestDb) {
+    starts_without_waiting_for_the_poll(db, false).await;
+}
+
+/// Committed by the caller's transaction: PostgreSQL's notification goes out at the
+/// commit; SQLite's change watcher sees the commit (the doorbell cannot: it would ring
+/// before it).
+async fn a_task_enqueued_in_a_transaction_starts_without_waiting_for_the_poll(db: &TestDb) {
+    starts_without_waiting_for_the_poll(db, true).await;
+}
+
+async fn starts_without_waiting_for_the_poll(db: &TestDb, in_transaction: bool) {
     db.migrate().await;
     let poll = match db.dialect {
         Dialect::Postgres | Dialect::Sqlite => (Duration::from_secs(30), Duration::from_secs(30)),
@@ -580,10 +592,14 @@ async fn a_new_task_starts_without_waiting_for_the_poll(db: &TestDb) {
     tokio::time::sleep(Duration::from_millis(500)).await;
     for round in 0..3 {
         let enqueued = Instant::now();
-        db.db
-            .find_or_enqueue(NewTask::new(key(&format!("ping-{round}"))))
-            .await
-            .expect("enqueue");
+        let task = NewTask::new(key(&format!("ping-{round}")));
+        if in_transaction {
+            let txn = db.db.begin().await.expect("begin");
+            txn.find_or_enqueue(task).await.expect("enqueue");
+            txn.commit().await.expect("commit");
+        } else {
+            db.db.find_or_enqueue(task).await.expect("enqueue");
+        }
         tokio::time::timeout(Duration::from_secs(3), started.notified())
             .await
             .unwrap_or_else(|_| panic!("round {round}: not started within 3 s"));

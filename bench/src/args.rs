@@ -54,6 +54,10 @@ pub struct Args {
     /// `worker-latency`: tasks enqueued per second, over `--clients` callers.
     #[arg(long, default_value_t = 2.0)]
     pub rate: f64,
+    /// `worker-latency`: each task enqueued in a transaction of the caller's, committed
+    /// right after.
+    #[arg(long)]
+    pub in_transaction: bool,
     /// `worker`: count the statements sent (sqlx's statement log; costs a little).
     #[arg(long)]
     pub count_statements: bool,

@@ -17,7 +17,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sea_orm::sqlx::{self, Row};
-use sea_orm::{ConnectOptions, ConnectionTrait, DatabaseConnection, DbBackend, Statement};
+use sea_orm::{
+    ConnectOptions, ConnectionTrait, DatabaseConnection, DbBackend, Statement, TransactionTrait,
+};
 use task_dedup::{NewTask, TaskDedup, TaskKey, Wakeups, Worker, task_run};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -343,6 +345,7 @@ async fn latency(args: &Args) -> Result<(), String> {
     let clients = args.clients.max(1);
     let period = Duration::from_secs_f64(clients as f64 / args.rate);
     let mut enqueuers = Vec::new();
+    let in_transaction = args.in_transaction;
     for c in 0..clients {
         let db = db.clone();
         enqueuers.push(tokio::spawn(async move {
@@ -354,7 +357,13 @@ async fn latency(args: &Args) -> Result<(), String> {
                 let task = TaskKey::new("bench", "noop", format!("lat-{i}"))
                     .map(|key| NewTask::new(key).with_payload(serde_json::json!({ "t": t })))
                     .map_err(|e| e.to_string())?;
-                db.find_or_enqueue(task).await.map_err(|e| e.to_string())?;
+                if in_transaction {
+                    let txn = db.begin().await.map_err(|e| e.to_string())?;
+                    txn.find_or_enqueue(task).await.map_err(|e| e.to_string())?;
+                    txn.commit().await.map_err(|e| e.to_string())?;
+                } else {
+                    db.find_or_enqueue(task).await.map_err(|e| e.to_string())?;
+                }
                 i += clients;
             }
             Ok::<(), String>(())
@@ -370,10 +379,11 @@ async fn latency(args: &Args) -> Result<(), String> {
     latencies.sort_unstable();
     let at = |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
     println!(
-        "{} worker-latency {n} rate={} wakeups={} p50_us={} p99_us={} max_us={}",
+        "{} worker-latency {n} rate={} wakeups={} in_transaction={} p50_us={} p99_us={} max_us={}",
         dialect(&db),
         args.rate,
         name(&args.wakeups),
+        args.in_transaction,
         at(0.50),
         at(0.99),
         at(1.0)

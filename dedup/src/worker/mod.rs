@@ -216,6 +216,7 @@ impl Worker {
         });
         let config = &shared.config;
         tracing::info!(task_types = ?config.task_types, concurrency = config.concurrency, "worker started");
+        wake::warn_about_a_single_connection(&shared.db, config.concurrency);
         let background = TaskTracker::new();
         let stop_background = CancellationToken::new();
         let waker = wake::Waker::start(
@@ -298,7 +299,7 @@ impl Worker {
             }
             // Nothing to claim: wait for a wake-up, a retry falling due, or the poll.
             let now = Instant::now();
-            let mut wait = if waker.replaces_polling {
+            let mut wait = if waker.replaces_polling() {
                 config.fallback_poll
             } else {
                 idle

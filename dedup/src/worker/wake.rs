@@ -3,6 +3,7 @@
 //! [`crate::notify`].
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use sea_orm::DatabaseConnection;
 use tokio::sync::Notify;
@@ -22,9 +23,12 @@ pub enum Wakeups {
     ///   worker polls only every [`fallback_poll`](super::WorkerBuilder::fallback_poll),
     ///   for what a notification cannot announce: a scheduled task or a retry becoming
     ///   due, a task written by other means.
-    /// - SQLite: a doorbell rung in this process when a task is written through a pool
-    ///   of the same file, besides the adaptive poll (for other processes' writes and
-    ///   writes in a caller's transaction, which ring before their commit).
+    /// - SQLite (a file): a doorbell rung in this process when a task is written through
+    ///   a pool of the same file, and a change watcher that sees every commit to the
+    ///   file, from any connection or process, the caller's transactions included
+    ///   (`PRAGMA data_version` on a connection of its own, every 20 ms); the worker then
+    ///   polls only every [`fallback_poll`](super::WorkerBuilder::fallback_poll). An
+    ///   in-memory database has the doorbell and the adaptive poll.
     /// - MySQL/MariaDB: the adaptive poll.
     #[default]
     Auto,
@@ -36,10 +40,21 @@ pub enum Wakeups {
 pub(super) struct Waker {
     /// Rung when there may be work; `None` when the worker polls.
     pub bell: Option<Arc<Notify>>,
-    /// Whether the bell hears every write (PostgreSQL), so that the worker polls only at
-    /// the fallback interval.
-    pub replaces_polling: bool,
+    /// Whether the bell hears every write now (PostgreSQL's listener, SQLite's change
+    /// watcher, while their connections are up), so that the worker polls only at the
+    /// fallback interval.
+    pub hears_every_write: Arc<AtomicBool>,
 }
+
+impl Waker {
+    pub(super) fn replaces_polling(&self) -> bool {
+        self.hears_every_write.load(Ordering::Relaxed)
+    }
+}
+
+/// How often the SQLite change watcher asks whether the database changed.
+#[cfg(feature = "sqlite")]
+pub(super) const SQLITE_WATCH_EVERY: std::time::Duration = std::time::Duration::from_millis(20);
 
 impl Waker {
     /// Starts listening where `wakeups` and the database allow. A PostgreSQL listener
@@ -50,9 +65,10 @@ impl Waker {
         tracker: &TaskTracker,
         stop: CancellationToken,
     ) -> Waker {
+        let hears_every_write = Arc::new(AtomicBool::new(false));
         let polling = Waker {
             bell: None,
-            replaces_polling: false,
+            hears_every_write: hears_every_write.clone(),
         };
         if wakeups == Wakeups::Poll {
             return polling;
@@ -63,20 +79,110 @@ impl Waker {
             #[cfg(feature = "postgres")]
             Some(Pool::Postgres(pool)) => {
                 let bell = Arc::new(Notify::new());
-                tracker.spawn(listen(pool.clone(), bell.clone(), stop));
+                let listening = hears_every_write.clone();
+                tracker.spawn(listen(pool.clone(), bell.clone(), listening, stop));
                 Waker {
                     bell: Some(bell),
-                    replaces_polling: true,
+                    hears_every_write,
                 }
             }
             #[cfg(feature = "sqlite")]
-            Some(Pool::Sqlite(pool)) => Waker {
-                bell: Some(crate::notify::doorbell(
-                    pool.connect_options().get_filename(),
-                )),
-                replaces_polling: false,
-            },
+            Some(Pool::Sqlite(pool)) => {
+                let options = pool.connect_options();
+                let bell = crate::notify::doorbell(options.get_filename());
+                if !sqlite_in_memory(&options) {
+                    let options = (*options).clone();
+                    let watching = hears_every_write.clone();
+                    tracker.spawn(watch_sqlite(options, bell.clone(), watching, stop));
+                }
+                Waker {
+                    bell: Some(bell),
+                    hears_every_write,
+                }
+            }
             _ => polling,
+        }
+    }
+}
+
+/// SeaORM's `Database::connect` gives SQLite a pool of one connection: the worker's
+/// claims, heartbeats and endings then queue behind each other and behind every
+/// request of the application. Says so once, at start (`task_dedup::connect` opens 16).
+pub(super) fn warn_about_a_single_connection(db: &DatabaseConnection, concurrency: usize) {
+    #[cfg(feature = "sqlite")]
+    if let Some(Pool::Sqlite(pool)) = Pool::of(db)
+        && pool.options().get_max_connections() == 1
+        && !sqlite_in_memory(&pool.connect_options())
+    {
+        tracing::warn!(
+            concurrency,
+            "the worker's SQLite pool has a single connection (SeaORM's default): its \
+             statements queue behind each other and behind the application's; connect with \
+             task_dedup::connect, or set max_connections"
+        );
+    }
+    let _ = (db, concurrency);
+}
+
+/// Whether `options` open an in-memory database: another connection would not see it
+/// (or, in shared cache, would not be told of its changes).
+#[cfg(feature = "sqlite")]
+fn sqlite_in_memory(options: &sea_orm::sqlx::sqlite::SqliteConnectOptions) -> bool {
+    let name = options.get_filename().to_string_lossy();
+    name.contains(":memory:")
+        || name.contains("mode=memory")
+        || name.starts_with("file:sqlx-in-memory")
+}
+
+/// Watches a SQLite database for commits from any connection or process, the caller's
+/// transactions included (the in-process doorbell rings only for writes through a pool,
+/// since a transaction would ring before its commit): `PRAGMA data_version` on a
+/// connection of its own changes when another connection commits, and costs a read of
+/// the WAL index. Asked every [`SQLITE_WATCH_EVERY`]; rings `bell` on a change. While its
+/// connection is down the worker polls.
+#[cfg(feature = "sqlite")]
+async fn watch_sqlite(
+    options: sea_orm::sqlx::sqlite::SqliteConnectOptions,
+    bell: Arc<Notify>,
+    watching: Arc<AtomicBool>,
+    stop: CancellationToken,
+) {
+    use sea_orm::sqlx::ConnectOptions;
+    loop {
+        let watcher = async {
+            let mut conn = options.connect().await?;
+            let mut seen: Option<i64> = None;
+            watching.store(true, Ordering::Relaxed);
+            // A commit between the worker's last claim and the first look is not missed:
+            // the worker claims once after it starts.
+            let mut every = tokio::time::interval(SQLITE_WATCH_EVERY);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                every.tick().await;
+                let version: i64 = sea_orm::sqlx::query_scalar("PRAGMA data_version")
+                    .fetch_one(&mut conn)
+                    .await?;
+                if seen.is_some_and(|seen| seen != version) {
+                    bell.notify_waiters();
+                }
+                seen = Some(version);
+            }
+            #[allow(unreachable_code)]
+            Ok::<(), sea_orm::sqlx::Error>(())
+        };
+        tokio::select! {
+            () = stop.cancelled() => return,
+            outcome = watcher => {
+                watching.store(false, Ordering::Relaxed);
+                if let Err(err) = outcome {
+                    tracing::warn!(error = %err, "SQLite change watcher failed; watching again in 1 s (polling meanwhile)");
+                }
+            }
+        }
+        bell.notify_waiters();
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
         }
     }
 }
@@ -86,12 +192,18 @@ impl Waker {
 /// lost); when that fails, tries again a second later, the worker's poll covering the
 /// gap.
 #[cfg(feature = "postgres")]
-async fn listen(pool: sea_orm::sqlx::PgPool, bell: Arc<Notify>, stop: CancellationToken) {
+async fn listen(
+    pool: sea_orm::sqlx::PgPool,
+    bell: Arc<Notify>,
+    listening: Arc<AtomicBool>,
+    stop: CancellationToken,
+) {
     use sea_orm::sqlx::postgres::PgListener;
     loop {
         let listener = async {
             let mut listener = PgListener::connect_with(&pool).await?;
             listener.listen(crate::dialect::postgres::CHANNEL).await?;
+            listening.store(true, Ordering::Relaxed);
             bell.notify_waiters();
             loop {
                 // `None`: the connection was lost and is listening again; what was
@@ -105,6 +217,7 @@ async fn listen(pool: sea_orm::sqlx::PgPool, bell: Arc<Notify>, stop: Cancellati
         tokio::select! {
             () = stop.cancelled() => return,
             outcome = listener => {
+                listening.store(false, Ordering::Relaxed);
                 if let Err(err) = outcome {
                     tracing::warn!(error = %err, "wake-up listener failed; listening again in 1 s (polling meanwhile)");
                 }
