@@ -58,6 +58,18 @@ pub struct Args {
     /// right after.
     #[arg(long)]
     pub in_transaction: bool,
+    /// `worker-latency`: this many simulated requests keep a transaction of the
+    /// application's pool open (`--hog-ms` each, one after the other), as a busy web
+    /// service does. Tasks are enqueued through a pool of their own.
+    #[arg(long, default_value_t = 0)]
+    pub hog: usize,
+    /// `worker-latency`: how long each simulated request holds its transaction.
+    #[arg(long, default_value_t = 50)]
+    pub hog_ms: u64,
+    /// `worker-latency`: the workers get a pool of their own (of `--pool` connections)
+    /// instead of sharing the application's.
+    #[arg(long)]
+    pub own_pool: bool,
     /// `worker`: count the statements sent (sqlx's statement log; costs a little).
     #[arg(long)]
     pub count_statements: bool,

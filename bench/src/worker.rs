@@ -324,10 +324,38 @@ async fn latency(args: &Args) -> Result<(), String> {
     let db = open(args, false).await?;
     let epoch = Instant::now();
     let n = args.ops;
+    // The application's pool, which `--hog` requests keep busy; the workers share it
+    // unless `--own-pool`. Tasks are then enqueued through `db`, a pool of their own.
+    let app = if args.hog > 0 || args.own_pool {
+        open(args, false).await?
+    } else {
+        db.clone()
+    };
+    let worker_db = if args.own_pool {
+        open(args, false).await?
+    } else {
+        app.clone()
+    };
+    let hogging = CancellationToken::new();
+    for _ in 0..args.hog {
+        let (app, stop, hold) = (
+            app.clone(),
+            hogging.clone(),
+            Duration::from_millis(args.hog_ms),
+        );
+        tokio::spawn(async move {
+            while !stop.is_cancelled() {
+                let Ok(txn) = app.begin().await else { continue };
+                let _ = txn.execute_unprepared("SELECT 1").await;
+                tokio::time::sleep(hold).await;
+                let _ = txn.commit().await;
+            }
+        });
+    }
     let latencies = Arc::new(Mutex::new(Vec::with_capacity(n)));
     let shutdown = CancellationToken::new();
     let (seen, last) = (latencies.clone(), shutdown.clone());
-    let running = start_workers(args, &db, &shutdown, move |task| {
+    let running = start_workers(args, &worker_db, &shutdown, move |task| {
         let now = epoch.elapsed().as_micros() as u64;
         let enqueued = task
             .payload
@@ -375,15 +403,18 @@ async fn latency(args: &Args) -> Result<(), String> {
     tokio::time::timeout(Duration::from_secs(args.deadline_secs), stop(running))
         .await
         .map_err(|_| "the workers did not start every task before the deadline")??;
+    hogging.cancel();
     let mut latencies = latencies.lock().unwrap_or_else(|p| p.into_inner()).clone();
     latencies.sort_unstable();
     let at = |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
     println!(
-        "{} worker-latency {n} rate={} wakeups={} in_transaction={} p50_us={} p99_us={} max_us={}",
+        "{} worker-latency {n} rate={} wakeups={} in_transaction={} hog={} own_pool={} p50_us={} p99_us={} max_us={}",
         dialect(&db),
         args.rate,
         name(&args.wakeups),
         args.in_transaction,
+        args.hog,
+        args.own_pool,
         at(0.50),
         at(0.99),
         at(1.0)

@@ -6,8 +6,8 @@
 //! or the one already in flight, even under a storm of concurrent requests.
 //!
 //! ```no_run
+//! use task_dedup::migration::{Migrator, MigratorTrait};
 //! use task_dedup::{NewTask, TaskDedup, TaskKey};
-//! use task_dedup_migration::{Migrator, MigratorTrait};
 //!
 //! # tokio::runtime::Runtime::new().unwrap().block_on(async {
 //! let db = task_dedup::connect("sqlite::memory:").await?;
@@ -20,6 +20,69 @@
 //! # }).unwrap();
 //! ```
 //!
+//! # The guarantee
+//!
+//! [`find_or_enqueue`](TaskDedup::find_or_enqueue) inserts first and lets the unique
+//! index `task_active_resource_uidx` decide; on a conflict it reads the task that holds
+//! the key and returns it as [`Enqueued::Existing`]. Nothing is checked-then-inserted, so
+//! of any number of concurrent callers exactly one gets [`Enqueued::Created`]. The index
+//! comes from the migrations ([`migration`]); a `task_run` table without it is refused
+//! before anything is written ([`DedupError::Unguarded`]), so it is never silently
+//! unguarded. Keys are byte-exact on every dialect; [`TaskKey::without_user`] makes keys
+//! that belong to no user.
+//!
+//! # Scopes and conflict policies
+//!
+//! Which of a task's states hold its key is its [`Scope`], chosen per task type:
+//! - one-shot work (send this invoice): [`Scope::Active`], the default: queued or
+//!   running;
+//! - re-do on change (reindex a post after an edit): [`Scope::Queued`]: while one runs, a
+//!   new request queues one follow-up, so the edit that arrived during the run is not
+//!   lost;
+//! - at most once per period (a digest): [`Scope::Period`].
+//!
+//! What a hit does is its [`OnConflict`]: return the task as stored (the default), or
+//! [`OnConflict::ReplaceIfQueued`]: the latest request's payload wins while the task is
+//! still queued. [`NewTask`] also carries `run_at`, a priority and a retry budget.
+//!
+//! # In your transaction
+//!
+//! Every operation runs on a pool ([`sea_orm::DatabaseConnection`]) or in the caller's
+//! transaction ([`sea_orm::DatabaseTransaction`]): enqueue in the same transaction as the
+//! write the task is about, and the task exists exactly when that write commits. A hit
+//! never aborts the transaction, PostgreSQL included. Code generic over both takes
+//! `C: `[`DedupConnection`]:
+//!
+//! ```
+//! use sea_orm::DbErr;
+//! use task_dedup::{DedupConnection, NewTask, TaskDedup, TaskKey};
+//!
+//! /// A service function of a SeaORM application: `?` takes task-dedup's errors into
+//! /// `DbErr`, and it works on a pool or inside a transaction alike.
+//! async fn reindex_post<C: DedupConnection>(db: &C, post_id: i32) -> Result<bool, DbErr> {
+//!     let key = TaskKey::without_user("reindex", format!("post/{post_id}"))?;
+//!     Ok(db.find_or_enqueue(NewTask::new(key)).await?.is_created())
+//! }
+//! ```
+//!
+//! # Running tasks
+//!
+//! A [`Worker`] (feature `worker`) claims due tasks up to its concurrency, runs your
+//! [`Handler`] for each under a lease it keeps alive, completes, retries or fails what
+//! the handler returns, reaps the leases of crashed workers, wakes up on new work, and
+//! on shutdown hands back what it could not finish. Give it a pool of its own
+//! ([`connect_with`]) so that its claims do not queue behind your requests. Under it,
+//! [`TaskWorker`] has the primitives: `claim_many`, `heartbeat`, `complete`, `fail`,
+//! `cancel`, `release`, `reap_expired`, `prune_finished`.
+//!
+//! # Errors
+//!
+//! One error type, [`DedupError`]; invalid input is rejected before any SQL runs. A lost
+//! connection is retried on a pool within a retry budget
+//! ([`TaskDedup::with_retry_budget`], [`NewTask::retry_budget`]); inside your
+//! transaction it is yours to retry. `DedupError` converts into SeaORM's
+//! [`DbErr`](sea_orm::DbErr) with `?`, a database failure staying SeaORM's own error.
+//!
 //! # Features
 //!
 //! | feature | default | what |
@@ -28,12 +91,13 @@
 //! | `postgres` | yes | PostgreSQL, through sea-orm's `sqlx-postgres` |
 //! | `mysql` | yes | MySQL/MariaDB, through sea-orm's `sqlx-mysql` |
 //! | `worker` | yes | the [`Worker`] runtime (tokio's task spawning, tokio-util) |
+//! | `migration` | yes | [`migration`]: the migrations, built with the same database features |
 //! | `metrics` | no | counters and histograms through the `metrics` facade |
 //!
 //! No feature picks a runtime or a TLS backend: the application's own sea-orm
-//! dependency does. A database whose feature is off is a
-//! [`DbErr::BackendNotSupported`](sea_orm::DbErr::BackendNotSupported) naming the
-//! feature, at run time.
+//! dependency does. Without any database feature the crate does not compile; a database
+//! that SeaORM reaches but task-dedup was built without is an error from [`connect`]
+//! naming the feature.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(not(any(feature = "sqlite", feature = "postgres", feature = "mysql")))]

@@ -1,0 +1,3 @@
+//! The application's entities.
+
+pub mod post;
