@@ -314,7 +314,8 @@ async fn occupant<C: DedupConnection>(
     let mut retrying = Retrying::new(db, budget, operation);
     loop {
         let attempt = async { Ok(exec.find_occupant(key.parts(), window_end, false).await?) };
-        if let Some(outcome) = retrying.run(attempt).await {
+        // Boxed, as in find_or_enqueue.
+        if let Some(outcome) = retrying.run(Box::pin(attempt)).await {
             return outcome;
         }
     }

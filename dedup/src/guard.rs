@@ -29,6 +29,12 @@ pub(crate) async fn ensure(exec: &mut Executor<'_>) -> Result<(), DedupError> {
     if lock().contains(&key) {
         return Ok(());
     }
+    // Boxed: the check runs once per database, and its statements' state would otherwise
+    // sit in every enqueue's future, which is moved whole at every step up the stack.
+    Box::pin(check(exec, key)).await
+}
+
+async fn check(exec: &mut Executor<'_>, key: Database) -> Result<(), DedupError> {
     match exec.guard().await? {
         Guarded::Yes => {
             lock().insert(key);

@@ -221,7 +221,8 @@ impl<C: DedupConnection> TaskWorker for C {
         let mut retrying = Retrying::new(self, Some(Duration::ZERO), "claim");
         let claimed = loop {
             let attempt = async { Ok(exec.claim(worker_id, task_types, lease_micros, max).await?) };
-            if let Some(outcome) = retrying.run(attempt).await {
+            // Boxed, as in `retried`.
+            if let Some(outcome) = retrying.run(Box::pin(attempt)).await {
                 break outcome?;
             }
         };
@@ -448,7 +449,8 @@ async fn retried<C: DedupConnection>(
     let mut exec = Executor::new(db.target())?;
     let mut retrying = Retrying::new(db, None, op.name());
     loop {
-        if let Some(outcome) = retrying.run(op.attempt(&mut exec, id)).await {
+        // Boxed: moved into the retry driver, and a transition's state is large.
+        if let Some(outcome) = retrying.run(Box::pin(op.attempt(&mut exec, id))).await {
             return outcome;
         }
     }
@@ -612,7 +614,8 @@ pub(crate) async fn complete_quietly<C: DedupConnection>(
                 .await
                 .map(drop)
         };
-        if let Some(outcome) = retrying.run(attempt).await {
+        // Boxed, as in `retried`.
+        if let Some(outcome) = retrying.run(Box::pin(attempt)).await {
             outcome?;
             break;
         }

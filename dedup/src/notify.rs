@@ -70,7 +70,9 @@ mod postgres {
         if !due(database_key(exec.pool())) {
             return Ok(());
         }
-        match exec.notify().await {
+        // Boxed: sent once per debounce interval, and its statement's state would
+        // otherwise sit in every enqueue's future.
+        match Box::pin(exec.notify()).await {
             Ok(()) => Ok(()),
             Err(failure) if exec.in_transaction() => Err(failure.into()),
             Err(failure) => {

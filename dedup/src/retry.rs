@@ -126,10 +126,11 @@ impl<'c> Retrying<'c> {
         let (operation, lost) = (self.operation, self.lost);
         tracing::warn!(operation, lost, error = %err, "connection lost; retrying on a fresh connection");
         let pool = self.pool?;
-        let recover = async {
+        // Boxed: rare, and its pings' state would otherwise sit in every call's future.
+        let recover = Box::pin(async move {
             pool.close_dead_connections().await;
             tokio::time::sleep(reconnect_pause(lost)).await;
-        };
+        });
         match tokio::time::timeout_at(deadline, recover).await {
             Ok(()) => None,
             Err(_) => Some(Err(self.give_up(Some(err)))),
