@@ -58,7 +58,7 @@ pub(crate) async fn find_or_enqueue_many<C: DedupConnection>(
         })?;
     }
     let mut exec = Executor::new(db.target())?;
-    crate::guard::ensure(&mut exec).await?;
+    crate::guard::ensure(db, budget, &mut exec).await?;
     let chunk_size = exec.dialect().bulk().chunk;
     let count = tasks.len();
     let now = task_run::now();

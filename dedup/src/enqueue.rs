@@ -209,8 +209,8 @@ impl<C: DedupConnection> TaskDedup for C {
     async fn find_or_enqueue(&self, task: NewTask) -> Result<Enqueued, DedupError> {
         task.validate()?;
         let mut exec = Executor::new(self.target())?;
-        guard::ensure(&mut exec).await?;
         let (key, on_conflict, budget, mut row) = task.into_row();
+        guard::ensure(self, budget, &mut exec).await?;
         let replace = on_conflict == OnConflict::ReplaceIfQueued;
         // Every retry keeps the id: an attempt lost with its connection may have
         // committed the row, and then the retry finds it instead of inserting another.

@@ -9,10 +9,13 @@
 
 use std::collections::HashSet;
 use std::sync::{LazyLock, Mutex};
+use std::time::Duration;
 
+use crate::connection::DedupConnection;
 use crate::dialect::{Dialect, Guarded};
 use crate::error::DedupError;
 use crate::executor::Executor;
+use crate::retry::Retrying;
 
 /// A database as the cache knows it: its dialect and identity, `None` for transactions.
 type Database = (Dialect, Option<u64>);
@@ -22,20 +25,39 @@ static GUARDED: LazyLock<Mutex<HashSet<Database>>> = LazyLock::new(|| Mutex::new
 
 /// Refuses to go on when `task_run` exists without its guarantee.
 ///
+/// The catalog read is retried like the enqueue it precedes (same `budget`): the first
+/// call on a database must not fail on a lost connection that the call itself survives.
+///
 /// # Errors
 /// [`DedupError::Unguarded`] naming what is missing; the errors of the catalog read.
-pub(crate) async fn ensure(exec: &mut Executor<'_>) -> Result<(), DedupError> {
+pub(crate) async fn ensure<C: DedupConnection + ?Sized>(
+    db: &C,
+    budget: Option<Duration>,
+    exec: &mut Executor<'_>,
+) -> Result<(), DedupError> {
     let key = (exec.dialect(), exec.database_identity());
     if lock().contains(&key) {
         return Ok(());
     }
     // Boxed: the check runs once per database, and its statements' state would otherwise
     // sit in every enqueue's future, which is moved whole at every step up the stack.
-    Box::pin(check(exec, key)).await
+    Box::pin(check(db, budget, exec, key)).await
 }
 
-async fn check(exec: &mut Executor<'_>, key: Database) -> Result<(), DedupError> {
-    match exec.guard().await? {
+async fn check<C: DedupConnection + ?Sized>(
+    db: &C,
+    budget: Option<Duration>,
+    exec: &mut Executor<'_>,
+    key: Database,
+) -> Result<(), DedupError> {
+    let mut retrying = Retrying::new(db, budget, "guard");
+    let guarded = loop {
+        let attempt = async { Ok(exec.guard().await?) };
+        if let Some(outcome) = retrying.run(attempt).await {
+            break outcome?;
+        }
+    };
+    match guarded {
         Guarded::Yes => {
             lock().insert(key);
             Ok(())
