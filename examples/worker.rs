@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter};
 use task_dedup::{HandlerError, TaskStatus, Worker, task_run};
-use tokio_util::sync::CancellationToken;
+use task_dedup::CancellationToken;
 
 const DEFAULT_DATABASE_URL: &str = "sqlite://http_api.db?mode=rwc";
 /// A payload cannot keep the demo busy for longer than this.
