@@ -28,8 +28,7 @@
 use std::time::Duration;
 
 use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter};
-use task_dedup::{HandlerError, TaskStatus, Worker, task_run};
-use task_dedup::CancellationToken;
+use task_dedup::{CancellationToken, HandlerError, TaskStatus, Worker, task_run};
 
 const DEFAULT_DATABASE_URL: &str = "sqlite://http_api.db?mode=rwc";
 /// A payload cannot keep the demo busy for longer than this.
