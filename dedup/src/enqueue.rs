@@ -8,6 +8,7 @@ use uuid::Uuid;
 use crate::connection::{DedupConnection, WithRetryBudget};
 use crate::error::DedupError;
 use crate::executor::{Executor, Inserted};
+use crate::hot_keys::Hot;
 use crate::key::TaskKey;
 use crate::retry::{MAX_ENQUEUE_ATTEMPTS, Retrying};
 use crate::task::{NewTask, OnConflict, Scope};
@@ -80,8 +81,11 @@ pub trait TaskDedup: crate::connection::sealed::Sealed {
     /// the task holding the key read and returned as [`Enqueued::Existing`] (or updated,
     /// with `ReplaceIfQueued`). Under any number of concurrent callers exactly one gets
     /// [`Enqueued::Created`]. The created path is one statement; the duplicate path with
-    /// the default policy writes nothing. Inside a transaction a hit leaves the
-    /// transaction usable (no aborted statement on PostgreSQL).
+    /// the default policy writes nothing, and on PostgreSQL it is one statement too for a
+    /// key this process enqueued or found recently (the insert that returns the holder;
+    /// the read follows only when the holder committed while that statement ran). Inside
+    /// a transaction a hit leaves the transaction usable (no aborted statement on
+    /// PostgreSQL).
     ///
     /// `created_at`/`updated_at` of a new task, and its `run_at` unless given, come from
     /// this process's clock; lease times and due times are compared with the database's.
@@ -324,14 +328,39 @@ async fn occupant<C: DedupConnection>(
 /// Insert first, read on conflict: the body of `find_or_enqueue`, one attempt. Inserts
 /// again (with a fresh id) when the task holding the key let go of it before it could be
 /// read.
+///
+/// On PostgreSQL a key seen recently ([`Hot`]) is expected to be a hit, and goes through
+/// the statement that inserts or returns the holder: one round trip for a hit. Other
+/// keys take the plain insert, the faster statement for a create.
 async fn enqueue(
     exec: &mut Executor<'_>,
     key: &TaskKey,
     replace: bool,
     row: &mut task_run::Model,
 ) -> Result<Enqueued, DedupError> {
+    let hot = (!replace && exec.finds_in_insert()).then(|| Hot::of(key, row.dedup_window_end));
+    let outcome = insert_or_read(exec, key, replace, row, hot.is_some_and(Hot::is_hot)).await;
+    if let (Some(hot), Ok(Enqueued::Created(_) | Enqueued::Existing(_))) = (hot, &outcome) {
+        hot.seen();
+    }
+    outcome
+}
+
+/// [`enqueue`]'s attempts: with `find`, the insert that returns the holder.
+async fn insert_or_read(
+    exec: &mut Executor<'_>,
+    key: &TaskKey,
+    replace: bool,
+    row: &mut task_run::Model,
+    find: bool,
+) -> Result<Enqueued, DedupError> {
     for attempt in 1..=MAX_ENQUEUE_ATTEMPTS {
-        match exec.insert(row, replace).await? {
+        let inserted = if find {
+            exec.insert_or_find(row).await?
+        } else {
+            exec.insert(row, replace).await?
+        };
+        match inserted {
             Inserted::Created => {
                 tracing::debug!(task_id = %row.id, key = %key, attempt, "task created");
                 return Ok(Enqueued::Created(row.clone()));
@@ -340,6 +369,12 @@ async fn enqueue(
                 tracing::debug!(task_id = %task.id, key = %key, attempt, "queued task replaced");
                 return Ok(Enqueued::Replaced(*task));
             }
+            Inserted::Existing(existing) => {
+                tracing::debug!(task_id = %existing.id, key = %key, attempt, "existing task returned");
+                return Ok(Enqueued::Existing(*existing));
+            }
+            // The race path of `insert_or_find`: the holder committed after the
+            // statement's snapshot was taken. A statement of its own sees it.
             Inserted::Held => {}
         }
         match exec

@@ -115,6 +115,7 @@ mod enqueue;
 mod error;
 mod executor;
 mod guard;
+mod hot_keys;
 mod key;
 mod lifecycle;
 mod metrics;

@@ -79,6 +79,12 @@ pub(crate) struct Statements {
     /// inserted; MySQL: a plain INSERT whose duplicate-key error on the unique index
     /// means "held".
     pub insert: &'static str,
+    /// A hit in one statement (PostgreSQL; `None` where the dialect has no such form):
+    /// inserts a new task as [`insert`](Self::insert) does (the same values) and returns
+    /// its row, or else the task holding its key as the statement's snapshot sees it. No
+    /// row: the holder committed after that snapshot, read it with
+    /// [`find_occupant_after_conflict`](Self::find_occupant_after_conflict).
+    pub insert_or_find: Option<&'static str>,
     /// The task holding a key: user_id, task_type, resource_key, dedup_window_end.
     pub find_occupant: &'static str,
     /// The same, right after a conflict: it must see the row that caused it even from a
@@ -411,6 +417,7 @@ mod tests {
             ("prune", statements.prune),
         ]
         .into_iter()
+        .chain(statements.insert_or_find.map(|sql| ("insert_or_find", sql)))
         .map(|(name, sql)| (name, Cow::Borrowed(sql)))
         .collect()
     }
@@ -430,8 +437,9 @@ mod tests {
     }
 
     /// The order statements are pinned in: what each dialect lacks is skipped.
-    const ORDER: [&str; 22] = [
+    const ORDER: [&str; 23] = [
         "insert",
+        "insert_or_find",
         "replace",
         "find_occupant",
         "find_occupant_after_conflict",

@@ -18,6 +18,10 @@ pub(crate) const STATEMENTS: Statements = Statements {
     // cannot tell a no-op from an insert). A failed statement does not abort an InnoDB
     // transaction.
     insert: concat!(insert_into!(), row_placeholders!()),
+    // MySQL 8 has no RETURNING; MariaDB has no INSERT inside WITH, and its
+    // `ON DUPLICATE KEY UPDATE ... RETURNING` returns the holder only by writing it (an
+    // exclusive lock per hit). BENCHMARKS.md says more.
+    insert_or_find: None,
     find_occupant: concat!(
         "SELECT ",
         columns!(),

@@ -71,6 +71,27 @@ pub(crate) const STATEMENTS: Statements = Statements {
     // `DO NOTHING`, not a caught unique violation: a failed INSERT would abort the
     // caller's transaction. A returned id means inserted.
     insert: concat!(insert_on_conflict!(), " DO NOTHING RETURNING id"),
+    // A hit in one round trip: the row inserted, or else the task holding the key, read
+    // from the statement's snapshot. That snapshot predates a holder that committed
+    // while the insert waited for it (the conflict it then yields to), and then no row
+    // comes back: the caller reads again with `find_occupant_after_conflict`. The second
+    // arm runs only when `ins` is empty (an InitPlan, evaluated once); LIMIT 1 stops after
+    // the first row either way.
+    insert_or_find: Some(concat!(
+        "WITH ins AS (",
+        insert_on_conflict!(),
+        " DO NOTHING RETURNING ",
+        columns!(),
+        ") SELECT ",
+        columns!(),
+        " FROM ins UNION ALL SELECT ",
+        columns!(),
+        " FROM task_run \
+         WHERE user_id = $2 AND task_type = $3 AND resource_key = $4 \
+         AND dedup_window_end = $11 AND ",
+        occupies_key_sql!(),
+        " AND NOT EXISTS (SELECT 1 FROM ins) LIMIT 1"
+    )),
     find_occupant: concat!(
         "SELECT ",
         columns!(),

@@ -51,6 +51,9 @@ pub(crate) const STATEMENTS: Statements = Statements {
         row_placeholders!(),
         " ON CONFLICT DO NOTHING RETURNING id"
     ),
+    // No INSERT inside WITH, and a DO NOTHING upsert returns nothing on a conflict. In
+    // process, the read after a conflict costs no round trip either (BENCHMARKS.md).
+    insert_or_find: None,
     find_occupant: concat!(
         "SELECT ",
         columns!(),

@@ -40,6 +40,9 @@ pub(crate) enum Inserted {
     Created,
     /// The key is held by another task (not read yet).
     Held,
+    /// The key is held by this task, read in the same statement
+    /// ([`Executor::insert_or_find`]).
+    Existing(Box<task_run::Model>),
     /// [`OnConflict::ReplaceIfQueued`](crate::OnConflict::ReplaceIfQueued): the queued
     /// task holding the key took this request's payload, run_at and priority.
     Replaced(Box<task_run::Model>),
@@ -260,6 +263,30 @@ impl<'c> Executor<'c> {
             #[cfg(feature = "mysql")]
             Dialect::MySql => mysql::insert(self, row, replace).await,
         }
+    }
+
+    /// Whether [`insert_or_find`](Self::insert_or_find) answers a hit in the same
+    /// statement as the insert (PostgreSQL), rather than only inserting.
+    pub(crate) fn finds_in_insert(&self) -> bool {
+        self.statements().insert_or_find.is_some()
+    }
+
+    /// Inserts `row` unless its key is held, and then returns the task holding it, in one
+    /// statement where the dialect has one ([`Statements::insert_or_find`]); elsewhere
+    /// the plain [`insert`](Self::insert). [`Inserted::Held`]: the holder is not visible
+    /// to the statement (it committed while the insert waited for it); read it.
+    pub(crate) async fn insert_or_find(
+        &mut self,
+        row: &task_run::Model,
+    ) -> Result<Inserted, Failure> {
+        let Some(sql) = self.statements().insert_or_find else {
+            return self.insert(row, false).await;
+        };
+        Ok(match self.task(sql, args::row(row).into()).await? {
+            Some(stored) if stored.id == row.id => Inserted::Created,
+            Some(stored) => Inserted::Existing(Box::new(stored)),
+            None => Inserted::Held,
+        })
     }
 
     #[cfg(any(feature = "postgres", feature = "sqlite"))]
