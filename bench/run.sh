@@ -19,6 +19,9 @@
 #   BENCH_DEADLINE      60: seconds after which a warm-up or a run stops by itself
 #   BENCH_BATCH         100: tasks per call of the bulk and bulk-mixed workloads (whose
 #                       ops/s count tasks), e.g. BENCH_WORKLOADS="unique bulk bulk-mixed"
+#   BENCH_BASE_BIN      a binary of another commit (e.g. main): a strategy written
+#                       base:<strategy> in BENCH_STRATEGIES runs with it, in the same run
+#                       (interleaved like the others), and shows as base:<strategy>
 # The bench drops and recreates task-dedup's tables in those databases; the PostgreSQL
 # and MySQL databases must exist (createdb task_dedup_bench / CREATE DATABASE ...).
 # Raw results go to bench/results/<timestamp>.txt.
@@ -31,7 +34,7 @@ mysql_url=${BENCH_MYSQL_URL:-"mysql://root@127.0.0.1:3306/task_dedup_bench"}
 dialects=${BENCH_DIALECTS:-"sqlite postgres mysql"}
 clients_list=${BENCH_CLIENTS:-"1 16 64"}
 workloads=${BENCH_WORKLOADS:-"unique dup churn race replace"}
-strategies=${BENCH_STRATEGIES:-"raw-dedup find-or-enqueue raw-insert naive serializable advisory-lock"}
+strategies=${BENCH_STRATEGIES:-"raw-dedup find-or-enqueue raw-one-statement raw-insert naive serializable advisory-lock"}
 pool=${BENCH_POOL:-16}
 ops=${BENCH_OPS:-10000}
 repeat=${BENCH_REPEAT:-1}
@@ -62,15 +65,21 @@ for dialect in $dialects; do
     for clients in $clients_list; do
       for _ in $(seq "$repeat"); do
       for strategy in $strategies; do
-        [ "$strategy" = advisory-lock ] && [ "$dialect" != postgres ] && continue
+        run_bin=$bin label=
+        case $strategy in
+          base:*)
+            run_bin=${BENCH_BASE_BIN:?"$strategy needs BENCH_BASE_BIN"} label=base:
+            strategy=${strategy#base:} ;;
+        esac
+        case $strategy in advisory-lock | raw-one-statement) [ "$dialect" != postgres ] && continue ;; esac
         # Latest payload wins: the library against the hand-written upsert only.
         [ "$workload" = replace ] && [ "$strategy" != raw-dedup ] && [ "$strategy" != find-or-enqueue ] && continue
-        out=$("$bin" --url "$url" --strategy "$strategy" --workload "$workload" \
+        out=$("$run_bin" --url "$url" --strategy "$strategy" --workload "$workload" \
           --clients "$clients" --pool "$pool" --ops "$ops" --batch "$batch" --deadline-secs "$deadline") || {
-          echo "$dialect $clients $strategy $workload FAILED" | tee -a "$results" >&2
+          echo "$dialect $clients $label$strategy $workload FAILED" | tee -a "$results" >&2
           continue
         }
-        line=$(sed -n 1p <<<"$out")
+        line=$label$(sed -n 1p <<<"$out")
         # p50_us p99_us cpu_us_per_call abandoned churn_duplicates (the order of the # line)
         extra=$(sed -n 2p <<<"$out" | tr ' ' '\n' | grep -E '^(p50_us|p99_us|cpu_us_per_call|churn_duplicates|abandoned)=' | cut -d= -f2 | tr '\n' ' ' || true)
         echo "$dialect $clients $line | $extra" | tee -a "$results"

@@ -146,6 +146,11 @@ pub enum Strategy {
     RawInsert,
     /// The best hand-written SQL through sqlx: insert-or-nothing, then a SELECT on a miss.
     RawDedup,
+    /// PostgreSQL only: the best hand-written SQL in one statement, `WITH ins AS (INSERT
+    /// ... DO NOTHING RETURNING ...) SELECT ... FROM ins UNION ALL SELECT ... WHERE NOT
+    /// EXISTS (SELECT 1 FROM ins)`, and the SELECT of `raw-dedup` when it returns nothing
+    /// (the holder committed after the statement's snapshot).
+    RawOneStatement,
     /// Read, then insert when nothing was found, without the unique index. Unsafe.
     Naive,
     /// Read-then-insert in a SERIALIZABLE transaction, retried on serialization failure.
@@ -158,7 +163,10 @@ impl Strategy {
     /// Whether the strategy relies on `task_active_resource_uidx`. The others run on a
     /// table without it, so that their own correctness is what gets measured.
     pub fn uses_unique_index(self) -> bool {
-        matches!(self, Strategy::FindOrEnqueue | Strategy::RawDedup)
+        matches!(
+            self,
+            Strategy::FindOrEnqueue | Strategy::RawDedup | Strategy::RawOneStatement
+        )
     }
 }
 

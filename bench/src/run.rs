@@ -102,8 +102,12 @@ pub async fn run(args: &Args) -> Result<Report, String> {
         DbBackend::MySql => "mysql",
         _ => "sqlite",
     };
-    if args.strategy == Strategy::AdvisoryLock && dialect != "postgres" {
-        return Err("advisory-lock runs on PostgreSQL only".into());
+    if matches!(
+        args.strategy,
+        Strategy::AdvisoryLock | Strategy::RawOneStatement
+    ) && dialect != "postgres"
+    {
+        return Err(format!("{} runs on PostgreSQL only", name(&args.strategy)));
     }
     let runner = Arc::new(Runner::new(args.strategy, db.clone()));
 
