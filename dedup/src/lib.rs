@@ -136,7 +136,7 @@ pub use lifecycle::{ReapReport, TaskWorker};
 pub use retry::MAX_ENQUEUE_ATTEMPTS;
 pub use task::{NewTask, OnConflict, Scope};
 pub use task_dedup_entity::{TaskStatus, task_run};
-pub use validate::{InvalidReason, MAX_CLAIM, MAX_LEASE};
+pub use validate::{InvalidReason, MAX_CLAIM, MAX_END_BATCH, MAX_LEASE};
 #[cfg(feature = "worker")]
 #[cfg_attr(docsrs, doc(cfg(feature = "worker")))]
 pub use worker::{Handler, HandlerError, Wakeups, Worker, WorkerBuilder, WorkerReport};

@@ -6,6 +6,7 @@
 //! effect for the same caller returns the stored outcome, so a call repeated after a lost
 //! connection is safe.
 
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -16,7 +17,7 @@ use crate::backoff::{Retry, RetryPolicy};
 use crate::connection::DedupConnection;
 use crate::dialect::Failure;
 use crate::error::{DedupError, Transition};
-use crate::executor::{Change, Executor};
+use crate::executor::{Change, EndMany, Executor};
 use crate::retry::Retrying;
 use crate::task_run;
 use crate::validate;
@@ -583,45 +584,130 @@ async fn apply(
     not_applied(exec, transition, id, guard).await
 }
 
-/// Completes task `id` as [`TaskWorker::complete`] does, without reading it back: the
-/// [`Worker`](crate::Worker)'s path, which has no use for the stored row (one statement
-/// that returns nothing; MySQL: no transaction around it).
+/// How a batch of endings went ([`end_many`]).
 #[cfg_attr(not(feature = "worker"), allow(dead_code))]
-pub(crate) async fn complete_quietly<C: DedupConnection>(
+pub(crate) enum EndedMany {
+    /// Per task, in the batch's order: recorded (by this call, or by an attempt of it
+    /// lost with its connection), or the refusal that says why not
+    /// ([`DedupError::LeaseNotHeld`], [`DedupError::InvalidTransition`],
+    /// [`DedupError::NotFound`]).
+    Each(Vec<Result<(), DedupError>>),
+    /// A retry ran into a key a queued follow-up took, and the statement changed
+    /// nothing: record these endings one at a time ([`TaskWorker::fail`] decides each).
+    HeldKey,
+}
+
+/// Records a [`Worker`](crate::Worker)'s batch of endings of one shape in one statement
+/// (MySQL/MariaDB: one short transaction): each the compare-and-set on status and lease
+/// owner that [`TaskWorker::complete`] and [`TaskWorker::fail`] run one at a time, with
+/// the same retries (a lost connection within the handle's budget, a deadlock) and the
+/// same idempotence (a batch run again after a lost attempt that took effect finds its
+/// rows ended by this worker and reports them recorded). The rows it did not change are
+/// read, only to say why.
+///
+/// # Errors
+/// [`DedupError::InvalidArgument`] for an invalid worker id, result or error text,
+/// before any SQL; the batch's database error when it could not run within the retries
+/// (none of its endings is known to be recorded: their leases run out and the reaper
+/// takes the tasks back).
+#[cfg_attr(not(feature = "worker"), allow(dead_code))]
+pub(crate) async fn end_many<C: DedupConnection>(
     db: &C,
-    id: Uuid,
     worker_id: &str,
-    result: Option<serde_json::Value>,
-) -> Result<(), DedupError> {
+    batch: EndMany<'_>,
+) -> Result<EndedMany, DedupError> {
     validate::worker_id(worker_id)?;
-    validate::json("result", result.as_ref())?;
-    let guard = Guard::LeaseHolder {
-        worker_id,
-        done: &[TaskStatus::Succeeded],
-    };
-    let mut exec = Executor::new(db.target())?;
-    let mut retrying = Retrying::new(db, None, "complete");
-    loop {
-        let attempt = async {
-            if exec
-                .complete_quietly(id, result.as_ref(), worker_id)
-                .await?
-            {
-                tracing::debug!(task_id = %id, transition = %Transition::Complete, "task transitioned");
-                return Ok(());
+    let (transition, operation, outcome, done): (_, _, _, &'static [TaskStatus]) = match batch {
+        EndMany::Complete(rows) => {
+            for (_, result) in rows {
+                validate::json("result", *result)?;
             }
-            not_applied(&mut exec, Transition::Complete, id, guard)
-                .await
-                .map(drop)
+            (
+                Transition::Complete,
+                "complete",
+                "completed",
+                &[TaskStatus::Succeeded],
+            )
+        }
+        EndMany::Fail(rows) => {
+            for (_, error) in rows {
+                validate::error_text("error", error)?;
+            }
+            (Transition::Fail, "fail", "failed", &[TaskStatus::Failed])
+        }
+        EndMany::Retry(rows) => {
+            for (_, error, _) in rows {
+                validate::error_text("error", error)?;
+            }
+            (Transition::Fail, "fail", "retried", &[TaskStatus::Queued])
+        }
+    };
+    let guard = Guard::LeaseHolder { worker_id, done };
+    let mut exec = Executor::new(db.target())?;
+    let mut retrying = Retrying::new(db, None, operation);
+    let ended = loop {
+        let attempt = async {
+            match exec.end_many(worker_id, batch).await {
+                Ok(ids) => Ok(Some(ids)),
+                Err(failure) if failure.is_held_key() => Ok(None),
+                Err(failure) => Err(failure.into()),
+            }
         };
         // Boxed, as in `retried`.
         if let Some(outcome) = retrying.run(Box::pin(attempt)).await {
-            outcome?;
-            break;
+            break outcome?;
         }
+    };
+    let Some(ended) = ended else {
+        return Ok(EndedMany::HeldKey);
+    };
+    let ended: HashSet<Uuid> = ended.into_iter().collect();
+    let ids = batch.ids();
+    let missing: Vec<Uuid> = ids
+        .iter()
+        .filter(|id| !ended.contains(id))
+        .copied()
+        .collect();
+    let mut found = HashMap::new();
+    if !missing.is_empty() {
+        let mut retrying = Retrying::new(db, None, operation);
+        let read = loop {
+            let attempt = async { Ok(exec.by_ids(&missing).await?) };
+            if let Some(outcome) = retrying.run(Box::pin(attempt)).await {
+                break outcome?;
+            }
+        };
+        found.extend(read.into_iter().map(|task| (task.id, task)));
     }
-    crate::metrics::finished("completed");
-    Ok(())
+    let each: Vec<Result<(), DedupError>> = ids
+        .iter()
+        .map(|id| {
+            if ended.contains(id) {
+                tracing::debug!(task_id = %id, %transition, outcome, "task transitioned");
+                return Ok(());
+            }
+            match found.remove(id) {
+                Some(task) => explain(task, transition, guard).map(drop),
+                None => Err(DedupError::NotFound { id: *id }),
+            }
+        })
+        .collect();
+    let recorded = each.iter().filter(|each| each.is_ok()).count();
+    for _ in 0..recorded {
+        crate::metrics::finished(outcome);
+    }
+    if let EndMany::Retry(rows) = batch
+        && rows
+            .iter()
+            .zip(&each)
+            .any(|((_, _, delay), each)| *delay == 0 && each.is_ok())
+        && let Err(err) = crate::notify::task_due(&mut exec).await
+    {
+        // The retries are recorded; a worker that missed the wake-up claims them at
+        // its next poll.
+        tracing::warn!(error = %err, "could not wake workers for retries due now");
+    }
+    Ok(EndedMany::Each(each))
 }
 
 /// Why a transition of task `id` did not apply, read from the row: or its stored row
@@ -635,6 +721,17 @@ async fn not_applied(
     let Some(task) = exec.by_id(id).await? else {
         return Err(DedupError::NotFound { id });
     };
+    explain(task, transition, guard)
+}
+
+/// Why a transition of `task` did not apply, from the row as read: or the row, when it
+/// had already taken effect for this caller.
+fn explain(
+    task: task_run::Model,
+    transition: Transition,
+    guard: Guard<'_>,
+) -> Result<task_run::Model, DedupError> {
+    let id = task.id;
     match guard {
         Guard::LeaseHolder { worker_id, done }
             if done.contains(&task.status) && task.lease_owner.as_deref() == Some(worker_id) =>

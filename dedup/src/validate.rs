@@ -110,6 +110,10 @@ pub(crate) fn error_text(name: &'static str, text: &str) -> Result<(), InvalidAr
 /// The most tasks one [`claim_many`](crate::TaskWorker::claim_many) takes.
 pub const MAX_CLAIM: usize = 1_000;
 
+/// The most task endings a [`Worker`](crate::Worker) records in one batch
+/// ([`WorkerBuilder::batch_endings`](crate::WorkerBuilder::batch_endings)).
+pub const MAX_END_BATCH: usize = 1_000;
+
 /// How many tasks a claim takes, as SQL binds it: 1 to [`MAX_CLAIM`].
 pub(crate) fn claim_max(max: usize) -> Result<i64, InvalidArgument> {
     if max == 0 || max > MAX_CLAIM {

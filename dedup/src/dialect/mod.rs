@@ -96,9 +96,6 @@ pub(crate) struct Statements {
     pub heartbeat: &'static str,
     /// running → succeeded: result, id, worker_id.
     pub complete: &'static str,
-    /// The same, returning nothing (a worker has no use for the row): result, id,
-    /// worker_id.
-    pub complete_quietly: &'static str,
     /// running → failed: error, id, worker_id.
     pub fail: &'static str,
     /// running → queued after a backoff, the key still held: error, delay, id,
@@ -163,6 +160,27 @@ pub(crate) struct Bulk {
     pub find_occupants_after_own_insert: fn(usize) -> Cow<'static, str>,
     /// The tasks of the given ids.
     pub by_ids: fn(usize) -> Cow<'static, str>,
+}
+
+/// The statements a [`Worker`](crate::Worker) records a batch of task endings with, for
+/// `rows` tasks of one shape. Each is a compare-and-set per row on `status = 'running'`
+/// and the worker's `lease_owner`, as the single transitions are: a row another worker
+/// holds now, or that is no longer running, is left as it is. PostgreSQL and SQLite
+/// return the ids of the rows they changed; MySQL/MariaDB (no `RETURNING` in MySQL 8,
+/// none on `UPDATE` in MariaDB) report a count, and when it falls short the rows are read
+/// back in the same transaction (`mysql::ended_by`). PostgreSQL binds one array per
+/// column (constant texts); SQLite and MySQL/MariaDB bind values per row, at most five
+/// (MySQL's retry), so a batch of [`MAX_END_BATCH`](crate::MAX_END_BATCH) rows stays
+/// within SQLite's 32,766 and MySQL's 65,535 placeholders.
+pub(crate) struct Endings {
+    /// running → succeeded, each with its result (`Statements::complete` per row).
+    pub complete: fn(usize) -> Cow<'static, str>,
+    /// running → failed, each with its error (`Statements::fail` per row).
+    pub fail: fn(usize) -> Cow<'static, str>,
+    /// running → queued, each with its error and its delay, the key still held
+    /// (`Statements::retry` per row). A row whose key a queued follow-up took fails the
+    /// whole statement with a held-key error: the caller records those one by one.
+    pub retry: fn(usize) -> Cow<'static, str>,
 }
 
 /// One of the dialects this crate was built with (features `postgres`, `sqlite`,
@@ -230,6 +248,17 @@ impl Dialect {
             Dialect::Sqlite => &sqlite::BULK,
             #[cfg(feature = "mysql")]
             Dialect::MySql => &mysql::BULK,
+        }
+    }
+
+    pub(crate) fn endings(self) -> &'static Endings {
+        match self {
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => &postgres::ENDINGS,
+            #[cfg(feature = "sqlite")]
+            Dialect::Sqlite => &sqlite::ENDINGS,
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => &mysql::ENDINGS,
         }
     }
 
@@ -406,7 +435,6 @@ mod tests {
             ("by_id", statements.by_id),
             ("heartbeat", statements.heartbeat),
             ("complete", statements.complete),
-            ("complete_quietly", statements.complete_quietly),
             ("fail", statements.fail),
             ("retry", statements.retry),
             ("cancel", statements.cancel),
@@ -437,7 +465,7 @@ mod tests {
     }
 
     /// The order statements are pinned in: what each dialect lacks is skipped.
-    const ORDER: [&str; 23] = [
+    const ORDER: [&str; 22] = [
         "insert",
         "insert_or_find",
         "replace",
@@ -450,7 +478,6 @@ mod tests {
         "claimed",
         "heartbeat",
         "complete",
-        "complete_quietly",
         "fail",
         "retry",
         "cancel",
@@ -544,6 +571,38 @@ mod tests {
         insta::assert_snapshot!(format!(
             "{}\nids_in:\n{ids_in}\n",
             render_bulk(&mysql::BULK)
+        ));
+    }
+
+    /// Each dialect's batch endings, for two rows, pinned like the others.
+    fn render_endings(endings: &Endings) -> String {
+        format!(
+            "complete:\n{}\n\nfail:\n{}\n\nretry:\n{}\n",
+            (endings.complete)(2),
+            (endings.fail)(2),
+            (endings.retry)(2),
+        )
+    }
+
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn postgres_ending_statements_are_pinned() {
+        insta::assert_snapshot!(render_endings(&postgres::ENDINGS));
+    }
+
+    #[cfg(feature = "sqlite")]
+    #[test]
+    fn sqlite_ending_statements_are_pinned() {
+        insta::assert_snapshot!(render_endings(&sqlite::ENDINGS));
+    }
+
+    #[cfg(feature = "mysql")]
+    #[test]
+    fn mysql_ending_statements_are_pinned() {
+        let ended_by = mysql::ended_by(2);
+        insta::assert_snapshot!(format!(
+            "{}\nended_by:\n{ended_by}\n",
+            render_endings(&mysql::ENDINGS)
         ));
     }
 

@@ -9,7 +9,7 @@ use std::borrow::Cow;
 use sea_orm::sqlx::mysql::MySqlDatabaseError;
 use task_dedup_entity::task_run::ACTIVE_RESOURCE_UIDX;
 
-use super::{Bulk, Guarded, Kind, Statements, repeat, squeeze};
+use super::{Bulk, Endings, Guarded, Kind, Statements, repeat, squeeze};
 
 pub(crate) const STATEMENTS: Statements = Statements {
     // A plain INSERT, and the duplicate-key error on our index means "held". Not
@@ -44,8 +44,6 @@ pub(crate) const STATEMENTS: Statements = Statements {
                 updated_at = UTC_TIMESTAMP(6) \
                 WHERE id = ? AND status = 'running' AND lease_owner = ?",
     complete: COMPLETE,
-    // There is no `RETURNING` to leave out.
-    complete_quietly: COMPLETE,
     fail: "UPDATE task_run SET status = 'failed', error = ?, lease_expires_at = NULL, \
            finished_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) \
            WHERE id = ? AND status = 'running' AND lease_owner = ?",
@@ -190,6 +188,56 @@ pub(crate) const BULK: Bulk = Bulk {
         ))
     },
 };
+
+/// A worker's batch endings: per-row values picked by `CASE id WHEN ? THEN ? ... END`
+/// over `id IN (...)` (one primary-key lookup each), the worker's id last: a form MySQL 8
+/// and MariaDB both take (MariaDB has no `VALUES` table constructor MySQL takes, nor
+/// `UPDATE ... RETURNING`). The count of rows matched tells whether all of them changed
+/// (sqlx sets CLIENT_FOUND_ROWS); when it falls short, [`ended_by`] reads which did.
+pub(crate) const ENDINGS: Endings = Endings {
+    complete: |rows| {
+        Cow::Owned(format!(
+            "UPDATE task_run SET status = 'succeeded', result = CASE id {whens}END, \
+             lease_expires_at = NULL, finished_at = UTC_TIMESTAMP(6), \
+             updated_at = UTC_TIMESTAMP(6) \
+             WHERE id IN ({ids}) AND status = 'running' AND lease_owner = ?",
+            whens = "WHEN ? THEN ? ".repeat(rows),
+            ids = repeat("?", rows)
+        ))
+    },
+    fail: |rows| {
+        Cow::Owned(format!(
+            "UPDATE task_run SET status = 'failed', error = CASE id {whens}END, \
+             lease_expires_at = NULL, finished_at = UTC_TIMESTAMP(6), \
+             updated_at = UTC_TIMESTAMP(6) \
+             WHERE id IN ({ids}) AND status = 'running' AND lease_owner = ?",
+            whens = "WHEN ? THEN ? ".repeat(rows),
+            ids = repeat("?", rows)
+        ))
+    },
+    // `lease_owner` stays, as in `retry`.
+    retry: |rows| {
+        Cow::Owned(format!(
+            "UPDATE task_run SET status = 'queued', error = CASE id {whens}END, \
+             lease_expires_at = NULL, \
+             run_at = UTC_TIMESTAMP(6) + INTERVAL (CASE id {whens}END) MICROSECOND, \
+             updated_at = UTC_TIMESTAMP(6) \
+             WHERE id IN ({ids}) AND status = 'running' AND lease_owner = ?",
+            whens = "WHEN ? THEN ? ".repeat(rows),
+            ids = repeat("?", rows)
+        ))
+    },
+};
+
+/// Which of the given ids are in a status under a lease owner, after a batch ending
+/// changed fewer rows than it was given: the ids, the status, the worker's id. Read in the
+/// ending's transaction, whose row locks keep the rows it changed as it left them.
+pub(crate) fn ended_by(ids: usize) -> Cow<'static, str> {
+    Cow::Owned(format!(
+        "SELECT id FROM task_run WHERE id IN ({ids}) AND status = ? AND lease_owner = ?",
+        ids = repeat("?", ids)
+    ))
+}
 
 /// Which of the given ids exist: which rows a bulk insert put in (no `RETURNING`).
 pub(crate) fn ids_in(ids: usize) -> Cow<'static, str> {

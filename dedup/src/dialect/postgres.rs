@@ -9,10 +9,9 @@ use sea_orm::sqlx::postgres::PgDatabaseError;
 use task_dedup_entity::occupies_key_sql;
 use task_dedup_entity::task_run::ACTIVE_RESOURCE_UIDX;
 
-use super::{Bulk, Guarded, Kind, Returning, Statements};
+use super::{Bulk, Endings, Guarded, Kind, Returning, Statements};
 
-/// running → succeeded, up to `RETURNING`: `complete` and `complete_quietly` differ only
-/// in what they return.
+/// running → succeeded, up to `RETURNING`.
 macro_rules! complete {
     () => {
         "UPDATE task_run SET status = 'succeeded', result = $1, lease_expires_at = NULL, \
@@ -118,7 +117,6 @@ pub(crate) const STATEMENTS: Statements = Statements {
         columns!()
     ),
     complete: concat!(complete!(), " RETURNING ", columns!()),
-    complete_quietly: complete!(),
     fail: concat!(
         "UPDATE task_run SET status = 'failed', error = $1, lease_expires_at = NULL, \
          finished_at = statement_timestamp(), updated_at = statement_timestamp() \
@@ -271,6 +269,44 @@ pub(crate) const BULK: Bulk = Bulk {
             columns!(),
             " FROM task_run WHERE id = ANY($1)"
         ))
+    },
+};
+
+/// A worker's batch endings: the rows from one array per column (the texts do not depend
+/// on the number of rows), the worker's id last. A task ended without a result has
+/// `has_result` false: an array of SeaORM values cannot hold NULL elements.
+pub(crate) const ENDINGS: Endings = Endings {
+    complete: |_| {
+        Cow::Borrowed(
+            "UPDATE task_run AS t SET status = 'succeeded', \
+             result = CASE WHEN e.has_result THEN e.result END, lease_expires_at = NULL, \
+             finished_at = statement_timestamp(), updated_at = statement_timestamp() \
+             FROM unnest($1::uuid[], $2::jsonb[], $3::bool[]) AS e(id, result, has_result) \
+             WHERE t.id = e.id AND t.status = 'running' AND t.lease_owner = $4 \
+             RETURNING t.id",
+        )
+    },
+    fail: |_| {
+        Cow::Borrowed(
+            "UPDATE task_run AS t SET status = 'failed', error = e.error, \
+             lease_expires_at = NULL, finished_at = statement_timestamp(), \
+             updated_at = statement_timestamp() \
+             FROM unnest($1::uuid[], $2::text[]) AS e(id, error) \
+             WHERE t.id = e.id AND t.status = 'running' AND t.lease_owner = $3 \
+             RETURNING t.id",
+        )
+    },
+    // `lease_owner` stays, as in `retry`.
+    retry: |_| {
+        Cow::Borrowed(
+            "UPDATE task_run AS t SET status = 'queued', error = e.error, \
+             lease_expires_at = NULL, \
+             run_at = statement_timestamp() + e.delay * interval '1 microsecond', \
+             updated_at = statement_timestamp() \
+             FROM unnest($1::uuid[], $2::text[], $3::int8[]) AS e(id, error, delay) \
+             WHERE t.id = e.id AND t.status = 'running' AND t.lease_owner = $4 \
+             RETURNING t.id",
+        )
     },
 };
 

@@ -12,10 +12,9 @@ use sea_orm::sqlx::error::DatabaseError;
 use sea_orm::sqlx::sqlite::SqliteError;
 use task_dedup_entity::occupies_key_sql;
 
-use super::{Bulk, Guarded, Kind, Returning, Statements, repeat, squeeze};
+use super::{Bulk, Endings, Guarded, Kind, Returning, Statements, repeat, squeeze};
 
-/// running → succeeded, up to `RETURNING`: `complete` and `complete_quietly` differ only
-/// in what they return.
+/// running → succeeded, up to `RETURNING`.
 macro_rules! complete {
     () => {
         "UPDATE task_run SET status = 'succeeded', result = ?, lease_expires_at = NULL, \
@@ -79,7 +78,6 @@ pub(crate) const STATEMENTS: Statements = Statements {
         columns!()
     ),
     complete: concat!(complete!(), " RETURNING ", columns!()),
-    complete_quietly: complete!(),
     fail: concat!(
         "UPDATE task_run SET status = 'failed', error = ?, lease_expires_at = NULL, \
          finished_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
@@ -192,6 +190,46 @@ pub(crate) const BULK: Bulk = Bulk {
         Cow::Owned(format!(
             concat!("SELECT ", columns!(), " FROM task_run WHERE id IN ({ids})"),
             ids = repeat("?", rows)
+        ))
+    },
+};
+
+/// A worker's batch endings: the rows as a `VALUES` list joined to the table by id
+/// (`UPDATE ... FROM`, SQLite 3.33+), the worker's id last.
+pub(crate) const ENDINGS: Endings = Endings {
+    complete: |rows| {
+        Cow::Owned(format!(
+            "WITH e(id, result) AS (VALUES {rows}) \
+             UPDATE task_run SET status = 'succeeded', result = e.result, \
+             lease_expires_at = NULL, \
+             finished_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
+             updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
+             FROM e WHERE task_run.id = e.id AND task_run.status = 'running' \
+             AND task_run.lease_owner = ? RETURNING id",
+            rows = repeat("(?, ?)", rows)
+        ))
+    },
+    fail: |rows| {
+        Cow::Owned(format!(
+            "WITH e(id, error) AS (VALUES {rows}) \
+             UPDATE task_run SET status = 'failed', error = e.error, lease_expires_at = NULL, \
+             finished_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
+             updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
+             FROM e WHERE task_run.id = e.id AND task_run.status = 'running' \
+             AND task_run.lease_owner = ? RETURNING id",
+            rows = repeat("(?, ?)", rows)
+        ))
+    },
+    // `lease_owner` stays, as in `retry`. The delay is a date-function modifier.
+    retry: |rows| {
+        Cow::Owned(format!(
+            "WITH e(id, error, delay) AS (VALUES {rows}) \
+             UPDATE task_run SET status = 'queued', error = e.error, lease_expires_at = NULL, \
+             run_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', e.delay), \
+             updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
+             FROM e WHERE task_run.id = e.id AND task_run.status = 'running' \
+             AND task_run.lease_owner = ? RETURNING id",
+            rows = repeat("(?, ?, ?)", rows)
         ))
     },
 };

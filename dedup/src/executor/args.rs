@@ -11,6 +11,7 @@ use sea_orm::sqlx;
 use sea_orm::{DbBackend, DbErr, Statement, Value};
 use uuid::Uuid;
 
+use super::EndMany;
 use crate::dialect::Dialect;
 use crate::task_run;
 
@@ -166,6 +167,82 @@ pub(crate) fn ids(dialect: Dialect, ids: &[Uuid]) -> Vec<Arg<'static>> {
     }
     let _ = dialect;
     ids.iter().map(|id| Arg::Uuid(*id)).collect()
+}
+
+/// A batch of endings as its dialect's statement binds it (`dialect::Endings`), the
+/// worker's id last: on PostgreSQL one array per column; on SQLite each row's values in
+/// turn; on MySQL/MariaDB an `(id, value)` pair per row for each `CASE`, then the ids.
+pub(crate) fn endings<'a>(
+    dialect: Dialect,
+    batch: EndMany<'a>,
+    worker_id: &'a str,
+) -> Vec<Arg<'a>> {
+    let mut values = Vec::new();
+    match dialect {
+        #[cfg(feature = "postgres")]
+        Dialect::Postgres => {
+            values.push(Arg::Array(Array::Uuid(batch.ids())));
+            match batch {
+                EndMany::Complete(rows) => {
+                    values.push(Arg::Array(Array::Json(rows.iter().map(|r| r.1).collect())));
+                    values.push(Arg::Array(Array::Bool(
+                        rows.iter().map(|r| r.1.is_some()).collect(),
+                    )));
+                }
+                EndMany::Fail(rows) => {
+                    values.push(Arg::Array(Array::Str(rows.iter().map(|r| r.1).collect())));
+                }
+                EndMany::Retry(rows) => {
+                    values.push(Arg::Array(Array::Str(rows.iter().map(|r| r.1).collect())));
+                    values.push(Arg::Array(Array::I64(rows.iter().map(|r| r.2).collect())));
+                }
+            }
+        }
+        #[cfg(feature = "sqlite")]
+        Dialect::Sqlite => match batch {
+            EndMany::Complete(rows) => {
+                for (id, result) in rows {
+                    values.extend([Arg::Uuid(*id), Arg::Json(*result)]);
+                }
+            }
+            EndMany::Fail(rows) => {
+                for (id, error) in rows {
+                    values.extend([Arg::Uuid(*id), Arg::Str(error)]);
+                }
+            }
+            EndMany::Retry(rows) => {
+                for (id, error, delay) in rows {
+                    values.extend([Arg::Uuid(*id), Arg::Str(error), interval(dialect, *delay)]);
+                }
+            }
+        },
+        #[cfg(feature = "mysql")]
+        Dialect::MySql => {
+            match batch {
+                EndMany::Complete(rows) => {
+                    for (id, result) in rows {
+                        values.extend([Arg::Uuid(*id), Arg::Json(*result)]);
+                    }
+                }
+                EndMany::Fail(rows) => {
+                    for (id, error) in rows {
+                        values.extend([Arg::Uuid(*id), Arg::Str(error)]);
+                    }
+                }
+                EndMany::Retry(rows) => {
+                    for (id, error, _) in rows {
+                        values.extend([Arg::Uuid(*id), Arg::Str(error)]);
+                    }
+                    for (id, _, delay) in rows {
+                        values.extend([Arg::Uuid(*id), Arg::I64(*delay)]);
+                    }
+                }
+            }
+            values.extend(batch.ids().into_iter().map(Arg::Uuid));
+        }
+    }
+    values.push(Arg::Str(worker_id));
+    values
 }
 
 impl From<Arg<'_>> for Value {

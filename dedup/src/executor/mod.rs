@@ -86,6 +86,38 @@ pub(crate) enum Change<'a> {
     Release { worker_id: &'a str },
 }
 
+/// A batch of a worker's task endings of one shape, each with its (validated) value:
+/// what [`Executor::end_many`] records.
+#[derive(Clone, Copy)]
+pub(crate) enum EndMany<'a> {
+    /// running → succeeded, with each task's result.
+    Complete(&'a [(Uuid, Option<&'a serde_json::Value>)]),
+    /// running → failed, with each task's error.
+    Fail(&'a [(Uuid, &'a str)]),
+    /// running → queued after each task's delay (microseconds), with its error.
+    Retry(&'a [(Uuid, &'a str, i64)]),
+}
+
+impl EndMany<'_> {
+    /// The tasks, in the batch's order.
+    pub(crate) fn ids(self) -> Vec<Uuid> {
+        match self {
+            EndMany::Complete(rows) => rows.iter().map(|row| row.0).collect(),
+            EndMany::Fail(rows) => rows.iter().map(|row| row.0).collect(),
+            EndMany::Retry(rows) => rows.iter().map(|row| row.0).collect(),
+        }
+    }
+
+    /// The status each task is left in.
+    pub(crate) fn status(self) -> crate::TaskStatus {
+        match self {
+            EndMany::Complete(_) => crate::TaskStatus::Succeeded,
+            EndMany::Fail(_) => crate::TaskStatus::Failed,
+            EndMany::Retry(_) => crate::TaskStatus::Queued,
+        }
+    }
+}
+
 impl<'a> Change<'a> {
     /// Its statement and parameters.
     fn statement(self, dialect: Dialect, id: Uuid) -> (&'static str, Vec<Arg<'a>>) {
@@ -413,20 +445,36 @@ impl<'c> Executor<'c> {
         }
     }
 
-    /// Completes task `id` as [`Change::Complete`] does, without reading it back: one
-    /// statement that returns nothing (MySQL: no transaction around it). Whether it
-    /// applied.
-    pub(crate) async fn complete_quietly(
+    /// Records a batch of endings, each only where its task still runs under
+    /// `worker_id`'s lease; the ids of the tasks it ended (MySQL/MariaDB: with those an
+    /// earlier attempt of the same batch ended, which the caller counts as ended too). A
+    /// held key (a retry whose key a queued follow-up took) fails the whole statement,
+    /// which then changed nothing.
+    pub(crate) async fn end_many(
         &mut self,
-        id: Uuid,
-        result: Option<&serde_json::Value>,
         worker_id: &str,
-    ) -> Result<bool, Failure> {
-        let values = vec![Arg::Json(result), Arg::Uuid(id), Arg::Str(worker_id)];
-        Ok(self
-            .affected(self.statements().complete_quietly, values)
-            .await?
-            == 1)
+        batch: EndMany<'_>,
+    ) -> Result<Vec<Uuid>, Failure> {
+        let endings = self.dialect.endings();
+        let ids = batch.ids();
+        let sql = match batch {
+            EndMany::Complete(_) => (endings.complete)(ids.len()),
+            EndMany::Fail(_) => (endings.fail)(ids.len()),
+            EndMany::Retry(_) => (endings.retry)(ids.len()),
+        };
+        let values = args::endings(self.dialect, batch, worker_id);
+        match self.dialect {
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => mysql::end_many(self, sql, values, batch, ids, worker_id).await,
+            #[allow(unreachable_patterns)]
+            _ => {
+                let rows = self.rows(sql, values).await?;
+                Ok(rows
+                    .iter()
+                    .map(|row| row.try_get_by_index(0))
+                    .collect::<Result<_, _>>()?)
+            }
+        }
     }
 
     /// Running tasks whose lease expired: (id, attempts), at most 100.

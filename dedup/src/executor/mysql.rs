@@ -5,9 +5,11 @@
 use uuid::Uuid;
 
 use super::args::{self, Arg};
-use super::{Executor, Inserted};
+use super::{EndMany, Executor, Inserted};
 use crate::dialect::Failure;
-use crate::dialect::mysql::{CLAIM_ANY, CLAIM_TYPES, REPLACE, STATEMENTS, claim_update, claimed};
+use crate::dialect::mysql::{
+    CLAIM_ANY, CLAIM_TYPES, REPLACE, STATEMENTS, claim_update, claimed, ended_by,
+};
 use crate::task_run;
 
 /// A plain INSERT; the duplicate-key error on our index means "held" (and with
@@ -109,6 +111,37 @@ pub(super) async fn transition(
             return Ok(None);
         }
         txn.by_id(id).await
+    }
+    .await;
+    txn.finish(outcome).await
+}
+
+/// A batch of endings (`sql` with `values`), in one short transaction: when the UPDATE
+/// matched fewer rows than `ids`, the rows it left in the batch's status under
+/// `worker_id` are read back while its row locks keep them as it left them (a retried
+/// task could otherwise be claimed by another worker before the read).
+pub(super) async fn end_many(
+    exec: &mut Executor<'_>,
+    sql: std::borrow::Cow<'static, str>,
+    values: Vec<Arg<'_>>,
+    batch: EndMany<'_>,
+    ids: Vec<Uuid>,
+    worker_id: &str,
+) -> Result<Vec<Uuid>, Failure> {
+    let dialect = exec.dialect;
+    let mut txn = exec.begin(false).await?;
+    let outcome = async {
+        if txn.affected(sql, values).await? == ids.len() as u64 {
+            return Ok(ids);
+        }
+        let mut read = args::ids(dialect, &ids);
+        read.push(Arg::Str(batch.status().as_str()));
+        read.push(Arg::Str(worker_id));
+        let rows = txn.rows(ended_by(ids.len()), read).await?;
+        Ok(rows
+            .iter()
+            .map(|row| row.try_get_by_index(0))
+            .collect::<Result<_, _>>()?)
     }
     .await;
     txn.finish(outcome).await

@@ -34,6 +34,8 @@ pub struct WorkerBuilder {
     pub(super) poll_max: Duration,
     pub(super) fallback_poll: Duration,
     pub(super) retry_budget: Duration,
+    pub(super) end_batch: usize,
+    pub(super) end_delay: Duration,
     pub(super) handler: Option<Arc<dyn Handler>>,
 }
 
@@ -55,6 +57,8 @@ impl fmt::Debug for WorkerBuilder {
             .field("poll_max", &self.poll_max)
             .field("fallback_poll", &self.fallback_poll)
             .field("retry_budget", &self.retry_budget)
+            .field("end_batch", &self.end_batch)
+            .field("end_delay", &self.end_delay)
             .field("handler", &self.handler.as_ref().map(|_| "..."))
             .finish_non_exhaustive()
     }
@@ -79,6 +83,8 @@ impl WorkerBuilder {
             poll_max: Duration::from_secs(2),
             fallback_poll: Duration::from_secs(5),
             retry_budget: DEFAULT_RETRY_BUDGET,
+            end_batch: 100,
+            end_delay: Duration::from_millis(5),
             handler: None,
         }
     }
@@ -190,6 +196,27 @@ impl WorkerBuilder {
         self
     }
 
+    /// How the endings of tasks (completed, failed, back to the queue for a retry) are
+    /// recorded: in batches of at most `max_size` (1 to
+    /// [`MAX_END_BATCH`](crate::MAX_END_BATCH)), one statement per batch and kind of
+    /// ending, each batch recorded once it is full or its first ending has waited
+    /// `max_delay`, and at shutdown. Default 100 and 5 ms.
+    ///
+    /// A task's slot is free as soon as its handler returns, so the worker claims the
+    /// next task while the ending waits. Each ending is still a compare-and-set on the
+    /// task's status and lease owner: one whose task was taken over meanwhile is not
+    /// applied and is counted lost. The wait delays what follows the ending: the key's
+    /// release (and a [`Scope::Queued`](crate::Scope::Queued) follow-up), so keep
+    /// `max_delay` short; `Duration::ZERO` records at once what gathered while the last
+    /// batch was being recorded, and `max_size` 1 records each ending on its own.
+    /// `max_delay` is at most half of what is left of the lease after a heartbeat
+    /// interval: the lease is no longer renewed once the handler returned.
+    pub fn batch_endings(mut self, max_size: usize, max_delay: Duration) -> WorkerBuilder {
+        self.end_batch = max_size;
+        self.end_delay = max_delay;
+        self
+    }
+
     /// What runs each task (required): a [`Handler`], such as an `async` closure
     /// `|task, cancel| async move { ... }`.
     pub fn handler(mut self, handler: impl Handler) -> WorkerBuilder {
@@ -203,7 +230,9 @@ impl WorkerBuilder {
     /// [`DedupError::InvalidArgument`] naming the setting: no handler, a concurrency or
     /// type limit of 0, a limit on a type the worker does not run, an invalid lease, a
     /// heartbeat not shorter than the lease, an invalid retry policy, a poll interval of
-    /// 0 or with `min > max`, a fallback poll of 0, an invalid worker id or task type.
+    /// 0 or with `min > max`, a fallback poll of 0, an invalid worker id or task type,
+    /// a batch of endings of 0 or over `MAX_END_BATCH`, or a batch delay over half of
+    /// what is left of the lease after a heartbeat interval.
     pub fn build(self) -> Result<Worker, DedupError> {
         let invalid =
             |name, expected| DedupError::from(InvalidArgument::out_of_range(name, expected));
@@ -249,6 +278,18 @@ impl WorkerBuilder {
             format!("task-dedup-{}-{}", std::process::id(), &random[20..])
         });
         validate::worker_id(&id)?;
+        if self.end_batch == 0 || self.end_batch > crate::MAX_END_BATCH {
+            return Err(invalid(
+                "batch_endings",
+                "a size of 1 to 1,000 (MAX_END_BATCH)",
+            ));
+        }
+        if self.end_delay > self.lease.saturating_sub(heartbeat_every) / 2 {
+            return Err(invalid(
+                "batch_endings",
+                "a delay of at most half of (lease - heartbeat_every)",
+            ));
+        }
         let reap_every = self.reap_every.unwrap_or(self.lease);
         if reap_every.is_zero() {
             return Err(invalid("reap_every", "more than zero"));
@@ -271,6 +312,8 @@ impl WorkerBuilder {
                 poll_max: self.poll_max,
                 fallback_poll: self.fallback_poll,
                 retry_budget: self.retry_budget,
+                end_batch: self.end_batch,
+                end_delay: self.end_delay,
             }),
             handler,
         })

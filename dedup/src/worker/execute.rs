@@ -8,10 +8,10 @@ use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::handler::HandlerError;
-use super::{Shared, add, record};
+use super::{Shared, record};
 use crate::error::DedupError;
 use crate::lifecycle::TaskWorker;
-use crate::{metrics, task_run};
+use crate::task_run;
 
 /// How a task's run ended, before it is recorded.
 pub(super) enum Ended {
@@ -64,15 +64,7 @@ pub(super) async fn run_task(shared: &Arc<Shared>, task: task_run::Model) {
     if matches!(ended, Ended::Lost | Ended::Aborted) {
         handle.abort();
     }
-    let (outcome, recorded) = record::record(shared, id, attempts, ended).await;
-    match recorded {
-        Ok(()) => tracing::debug!(outcome, "task ended"),
-        Err(err) => {
-            tracing::warn!(error = %err, "could not record the task's end; its lease will run out");
-            add(&shared.counters.lost, 1);
-        }
-    }
-    metrics::handled(outcome, started.elapsed());
+    record::record(shared, id, attempts, ended, started).await;
 }
 
 /// How the handler's task ended, as far as it returned.

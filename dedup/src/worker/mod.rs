@@ -1,9 +1,11 @@
 //! The [`Worker`] runtime. This module holds the claim loop (claim up to the free
 //! slots, start each task, wait for work) and the reaper; [`execute`] runs one task
-//! (its handler beside a heartbeat), [`record`] records how it ended, [`wake`] listens
-//! for new work, [`builder`] checks the settings.
+//! (its handler beside a heartbeat), [`record`] decides how to record its end,
+//! [`completer`] records endings in batches, [`wake`] listens for new work, [`builder`]
+//! checks the settings.
 
 mod builder;
+mod completer;
 mod execute;
 mod handler;
 mod record;
@@ -19,7 +21,7 @@ use std::time::{Duration, Instant};
 use sea_orm::DatabaseConnection;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
+use tokio_util::task::{AbortOnDropHandle, TaskTracker};
 
 pub use builder::WorkerBuilder;
 pub use handler::{Handler, HandlerError};
@@ -89,6 +91,8 @@ struct Config {
     poll_max: Duration,
     fallback_poll: Duration,
     retry_budget: Duration,
+    end_batch: usize,
+    end_delay: Duration,
 }
 
 /// What a [`Worker`] did, returned when it stops.
@@ -168,6 +172,8 @@ struct Shared {
     retries_due: Mutex<BinaryHeap<Reverse<Instant>>>,
     /// Rung when a retry is added to `retries_due`.
     retry_scheduled: Notify,
+    /// Where finished tasks hand their endings to the completer.
+    endings: tokio::sync::mpsc::Sender<completer::Ending>,
 }
 
 impl Shared {
@@ -190,19 +196,25 @@ impl Worker {
 
     /// Runs until `shutdown` fires, then stops claiming, waits for running handlers up
     /// to the shutdown grace, cancels the ones still running (each then has the cancel
-    /// grace to return before it is dropped) and hands their tasks back to the queue (`release`: no lease to wait for, the attempt not counted), and
-    /// returns what it did.
+    /// grace to return before it is dropped) and hands their tasks back to the queue
+    /// (`release`: no lease to wait for, the attempt not counted), records the endings
+    /// still waiting in a batch, and returns what it did.
     ///
-    /// Database errors while claiming or reaping are logged and retried after a pause
-    /// (a database restarting does not stop the worker); an error recording a task's
-    /// end is logged and the task counted as lost (its lease runs out and the reaper
-    /// takes it back).
+    /// Endings (completed, failed, back to the queue for a retry) are recorded in
+    /// batches ([`WorkerBuilder::batch_endings`]); a task's slot is free as soon as its
+    /// handler returned. Database errors while claiming or reaping are logged and
+    /// retried after a pause (a database restarting does not stop the worker); a batch
+    /// of endings that cannot be recorded within the retry budget is logged and its
+    /// tasks counted as lost (their leases run out and the reaper takes them back).
+    /// Dropping the future instead of firing `shutdown` drops the endings not recorded
+    /// yet, as a crash would: their tasks come back through the reaper.
     ///
     /// # Errors
     /// None at present: the worker outlives database errors. The `Result` leaves room
     /// for start-up checks.
     #[tracing::instrument(level = "info", name = "worker", skip_all, fields(worker_id = %self.config.id))]
     pub async fn run(self, shutdown: CancellationToken) -> Result<WorkerReport, DedupError> {
+        let (endings, queued_endings) = completer::queue(self.config.end_batch);
         let shared = Arc::new(Shared {
             db: self.db,
             config: self.config,
@@ -213,6 +225,7 @@ impl Worker {
             abort: CancellationToken::new(),
             retries_due: Mutex::new(BinaryHeap::new()),
             retry_scheduled: Notify::new(),
+            endings,
         });
         let config = &shared.config;
         tracing::info!(task_types = ?config.task_types, concurrency = config.concurrency, "worker started");
@@ -226,6 +239,14 @@ impl Worker {
             stop_background.clone(),
         );
         background.spawn(reap(shared.clone(), stop_background.clone()));
+        // Not in `background`: dropped with this future (a worker that dies), it records
+        // nothing more, and the reaper takes the tasks back once their leases run out.
+        let stop_completer = CancellationToken::new();
+        let completer = AbortOnDropHandle::new(tokio::spawn(completer::run(
+            shared.clone(),
+            queued_endings,
+            stop_completer.clone(),
+        )));
 
         let tasks = TaskTracker::new();
         let slots = Arc::new(Semaphore::new(config.concurrency));
@@ -337,6 +358,10 @@ impl Worker {
             );
             shared.abort.cancel();
             tasks.wait().await;
+        }
+        stop_completer.cancel();
+        if let Err(err) = completer.await {
+            tracing::error!(error = %err, "the completer stopped unexpectedly");
         }
         stop_background.cancel();
         background.close();

@@ -1,24 +1,22 @@
-//! Recording how a task's run ended: complete, retry or fail, release, or nothing for a
-//! task taken away. Kept apart from running it ([`execute`](super::execute)): the end of
-//! a task is the worker's one write per task.
+//! Recording how a task's run ended: complete, retry or fail (handed to the
+//! [`completer`](super::completer), which records them in batches), release, or nothing
+//! for a task taken away. Kept apart from running it ([`execute`](super::execute)).
 
-use std::cmp::Reverse;
 use std::time::Instant;
 
 use uuid::Uuid;
 
+use super::completer::{End, Ending};
 use super::execute::Ended;
 use super::handler::HandlerError;
 use super::{Shared, add};
-use crate::TaskStatus;
 use crate::backoff::Retry;
-use crate::error::DedupError;
-use crate::lifecycle::{self, TaskWorker};
-use crate::task_run;
+use crate::lifecycle::TaskWorker;
+use crate::{metrics, task_run, validate};
 
 /// What became of a task, once recorded.
-#[derive(Clone, Copy)]
-enum Recorded {
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Recorded {
     Completed,
     Retried,
     Failed,
@@ -39,84 +37,88 @@ impl Recorded {
     }
 }
 
-/// Records how task `id` (claimed for attempt number `attempts`) ended; returns the
-/// outcome's name for metrics, `lost` when the end could not be recorded.
+/// Records how task `id` (claimed for attempt number `attempts`, started at `started`)
+/// ended: a release or a loss at once, anything else through the completer. Returns once
+/// the completer took the ending (at once, unless a batch is waiting to be recorded).
 pub(super) async fn record(
     shared: &Shared,
     id: Uuid,
     attempts: i32,
     ended: Ended,
-) -> (&'static str, Result<(), DedupError>) {
-    let (db, worker_id) = (shared.db(), shared.config.id.as_str());
-    let recorded = match ended {
-        Ended::Returned(Ok(result)) => lifecycle::complete_quietly(&db, id, worker_id, result)
-            .await
-            .map(|()| Recorded::Completed),
+    started: Instant,
+) {
+    let end = match ended {
+        Ended::Returned(Ok(result)) => match validate::json("result", result.as_ref()) {
+            Ok(()) => End::Complete(result),
+            Err(err) => {
+                let err = crate::DedupError::from(err);
+                tracing::warn!(error = %err, "the handler's result cannot be stored; its lease will run out");
+                return counted(shared, id, Recorded::Lost, started);
+            }
+        },
         Ended::Returned(Err(HandlerError::Retry(message))) => {
-            retry_or_fail(shared, id, attempts, truncated(message)).await
+            retry_or_fail(shared, attempts, truncated(message))
         }
-        Ended::Returned(Err(HandlerError::Fail(message))) => db
-            .fail(id, worker_id, &truncated(message), Retry::Never)
-            .await
-            .map(|_| Recorded::Failed),
+        Ended::Returned(Err(HandlerError::Fail(message))) => End::Fail(truncated(message)),
         Ended::Panicked(message) => {
             add(&shared.counters.panicked, 1);
             tracing::error!(panic = %message, "handler panicked");
             let message = truncated(format!("handler panicked: {message}"));
-            retry_or_fail(shared, id, attempts, message).await
+            retry_or_fail(shared, attempts, message)
         }
-        Ended::Lost => Ok(Recorded::Lost),
-        Ended::Aborted => db.release(id, worker_id).await.map(|_| Recorded::Released),
+        Ended::Lost => return counted(shared, id, Recorded::Lost, started),
+        Ended::Aborted => {
+            let recorded = match shared.db().release(id, &shared.config.id).await {
+                Ok(_) => Recorded::Released,
+                Err(err) => {
+                    tracing::warn!(error = %err, "could not release the task; its lease will run out");
+                    Recorded::Lost
+                }
+            };
+            return counted(shared, id, recorded, started);
+        }
     };
-    match recorded {
-        Ok(recorded) => {
-            let counters = &shared.counters;
-            add(
-                match recorded {
-                    Recorded::Completed => &counters.completed,
-                    Recorded::Retried => &counters.retried,
-                    Recorded::Failed => &counters.failed,
-                    Recorded::Released => &counters.released,
-                    Recorded::Lost => &counters.lost,
-                },
-                1,
-            );
-            (recorded.name(), Ok(()))
-        }
-        Err(err) => (Recorded::Lost.name(), Err(err)),
+    let ending = Ending { id, end, started };
+    if let Err(unsent) = shared.endings.send(ending).await {
+        // The completer is gone with its worker.
+        tracing::warn!(
+            "the worker stopped before the task's end was recorded; its lease will run out"
+        );
+        counted(shared, id, Recorded::Lost, unsent.0.started);
     }
 }
 
+/// Counts task `id`'s outcome in the report and the metrics.
+pub(super) fn counted(shared: &Shared, id: Uuid, recorded: Recorded, started: Instant) {
+    let counters = &shared.counters;
+    add(
+        match recorded {
+            Recorded::Completed => &counters.completed,
+            Recorded::Retried => &counters.retried,
+            Recorded::Failed => &counters.failed,
+            Recorded::Released => &counters.released,
+            Recorded::Lost => &counters.lost,
+        },
+        1,
+    );
+    tracing::debug!(task_id = %id, outcome = recorded.name(), "task ended");
+    metrics::handled(recorded.name(), started.elapsed());
+}
+
 /// A failed attempt: back to the queue after the worker's backoff, or failed for good
-/// after its last attempt. A retry this worker scheduled is claimed when it falls due,
-/// whatever the poll interval.
-async fn retry_or_fail(
-    shared: &Shared,
-    id: Uuid,
-    attempts: i32,
-    message: String,
-) -> Result<Recorded, DedupError> {
-    let retry = shared.config.retry.after_attempt(attempts);
-    let task = shared
-        .db()
-        .fail(id, &shared.config.id, &message, retry)
-        .await?;
-    if task.status != TaskStatus::Queued {
-        return Ok(Recorded::Failed);
+/// after its last attempt. (A delay too long to store fails it for good.)
+fn retry_or_fail(shared: &Shared, attempts: i32, message: String) -> End {
+    match shared.config.retry.after_attempt(attempts) {
+        Retry::Never => End::Fail(message),
+        Retry::After(delay) => match validate::micros("retry", delay) {
+            Ok(delay_micros) => End::Retry {
+                error: message,
+                delay,
+                delay_micros,
+            },
+            Err(_) => End::Fail(message),
+        },
     }
-    if let Retry::After(delay) = retry
-        && !delay.is_zero()
-    {
-        // The database's clock set `run_at` before `fail` returned, so this is no
-        // earlier than the task falls due.
-        shared
-            .retries_due
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .push(Reverse(Instant::now() + delay));
-        shared.retry_scheduled.notify_waiters();
-    }
-    Ok(Recorded::Retried)
 }
 
 /// `message`, cut to what the `error` column holds.
