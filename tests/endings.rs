@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use common::{Dialect, TestDb, rows};
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement, TransactionTrait};
 use task_dedup::{
-    HandlerError, NewTask, RetryPolicy, TaskDedup, TaskKey, TaskStatus, TaskWorker, Worker,
+    HandlerError, NewTask, RetryPolicy, Scope, TaskDedup, TaskKey, TaskStatus, TaskWorker, Worker,
     task_run,
 };
 use tokio::sync::Semaphore;
@@ -24,6 +24,7 @@ use uuid::Uuid;
 matrix!(
     a_worker_dropped_before_its_batch_is_recorded_leaves_its_tasks_to_the_reaper,
     endings_whose_tasks_were_taken_over_are_not_applied,
+    a_retry_behind_a_queued_follow_up_fails_for_good_from_a_batch,
 );
 
 server_matrix!(a_batch_lost_with_its_connection_is_retried_or_reaped);
@@ -282,6 +283,80 @@ async fn endings_whose_tasks_were_taken_over_are_not_applied(db: &TestDb) {
             "{stolen}"
         );
     }
+}
+
+/// A batch of two retries, one of whose keys a `Scope::Queued` follow-up took while the
+/// task ran: the batch's statement runs into the key and changes nothing, and each
+/// retry is then recorded on its own as `fail` decides it: the one behind the follow-up
+/// fails for good (the follow-up does the work), the other goes back to the queue.
+async fn a_retry_behind_a_queued_follow_up_fails_for_good_from_a_batch(db: &TestDb) {
+    db.migrate().await;
+    let key = |resource: &str| TaskKey::new("user-1", "job", resource).expect("valid key");
+    let queued = |resource: &str| NewTask::new(key(resource)).scope(Scope::Queued);
+    let behind = db
+        .db
+        .find_or_enqueue(queued("retry-behind"))
+        .await
+        .expect("enqueue")
+        .task()
+        .id;
+    let alone = enqueue(&db.db, "retry-alone").await;
+    let runs = Runs::default();
+    let gate = Arc::new(Semaphore::new(0));
+    let worker = worker(
+        &db.db,
+        "w",
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        &runs,
+        Some(gate.clone()),
+    )
+    .build()
+    .expect("worker");
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    wait_until("two claims", Duration::from_secs(5), async || {
+        rows::all(&db.db)
+            .await
+            .iter()
+            .filter(|t| t.status == TaskStatus::Running)
+            .count()
+            == 2
+    })
+    .await;
+    // Due in an hour: no worker claims it during the test.
+    let follow_up = queued("retry-behind").run_at(task_run::now() + Duration::from_secs(3_600));
+    let follow_up = db.db.find_or_enqueue(follow_up).await.expect("follow-up");
+    assert!(follow_up.is_created());
+    gate.add_permits(2);
+    wait_until("two endings", Duration::from_secs(5), async || {
+        rows::all(&db.db)
+            .await
+            .iter()
+            .all(|t| t.status != TaskStatus::Running)
+    })
+    .await;
+    shutdown.cancel();
+    let report = running.await.expect("task").expect("run");
+    assert_eq!(
+        (report.retried, report.failed, report.lost),
+        (1, 1, 0),
+        "{report:?}"
+    );
+    let stored: HashMap<Uuid, task_run::Model> = rows::all(&db.db)
+        .await
+        .into_iter()
+        .map(|t| (t.id, t))
+        .collect();
+    let failed = &stored[&behind];
+    assert_eq!(failed.status, TaskStatus::Failed);
+    let error = failed.error.as_deref().expect("error");
+    assert!(
+        error.starts_with("retry on purpose") && error.contains("not retried"),
+        "{error}"
+    );
+    assert_eq!(stored[&alone].status, TaskStatus::Queued);
+    assert_eq!(stored[&follow_up.task().id].status, TaskStatus::Queued);
 }
 
 /// The server session running the batch's UPDATE once it waits for a row lock.
