@@ -13,7 +13,9 @@
 # ("throughput latency idle"), BENCH_REPEAT (5), BENCH_OPS (10000), BENCH_WORKERS (4),
 # BENCH_CONCURRENCY (8), BENCH_POOL (16), BENCH_IDLE_RATE (2 tasks/s, 40 tasks),
 # BENCH_LOAD_RATE (per dialect: "sqlite=800 postgres=800 mysql=500" tasks/s, 4,000 tasks),
-# BENCH_IDLE_SECS (20). Raw results go to bench/results/worker-<timestamp>.txt.
+# BENCH_IDLE_SECS (20), BENCH_BASE_BIN (a binary of another commit: its Worker drains too,
+# interleaved in the same throughput runs, and the ratio to it is printed). Raw results go
+# to bench/results/worker-<timestamp>.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,6 +34,7 @@ load_rates=${BENCH_LOAD_RATE:-"sqlite=800 postgres=800 mysql=500"}
 idle_secs=${BENCH_IDLE_SECS:-20}
 
 # BENCH_BIN: a binary built before (e.g. of another commit, to compare two in one session).
+base_bin=${BENCH_BASE_BIN:-}
 bin=${BENCH_BIN:-}
 if [ -z "$bin" ]; then
   cargo build --quiet --release -p task-dedup-bench
@@ -52,17 +55,32 @@ for dialect in $dialects; do
   esac
   common=(--url "$url" --pool "$pool" --workers "$workers" --concurrency "$concurrency")
   if [[ " $parts " == *" throughput "* ]]; then
-    lib="" raw=""
+    lib="" raw="" base=""
+    runs="find-or-enqueue raw-dedup"
+    if [ -n "$base_bin" ]; then runs="$runs base"; fi
     for _ in $(seq "$repeat"); do
-      for strategy in find-or-enqueue raw-dedup; do
-        line=$("$bin" "${common[@]}" --strategy "$strategy" --workload worker --ops "$ops" | sed -n 1p)
-        echo "$dialect throughput $line" >>"$results"
+      for strategy in $runs; do
+        if [ "$strategy" = base ]; then
+          line=$("$base_bin" "${common[@]}" --strategy find-or-enqueue --workload worker --ops "$ops" | sed -n 1p)
+          echo "$dialect throughput base $line" >>"$results"
+        else
+          line=$("$bin" "${common[@]}" --strategy "$strategy" --workload worker --ops "$ops" | sed -n 1p)
+          echo "$dialect throughput $line" >>"$results"
+        fi
         rate=$(cut -d' ' -f5 <<<"$line")
-        if [ "$strategy" = find-or-enqueue ]; then lib="$lib $rate"; else raw="$raw $rate"; fi
+        case $strategy in
+          find-or-enqueue) lib="$lib $rate" ;;
+          raw-dedup) raw="$raw $rate" ;;
+          base) base="$base $rate" ;;
+        esac
       done
     done
     lib_m=$(median <<<"$lib") raw_m=$(median <<<"$raw")
     echo "$dialect throughput tasks/s: Worker $lib_m (runs:$lib), hand-written loop $raw_m (runs:$raw), ratio $(awk -v a="$lib_m" -v b="$raw_m" 'BEGIN {printf "%.2f", a / b}')" | tee -a "$results"
+    if [ -n "$base_bin" ]; then
+      base_m=$(median <<<"$base")
+      echo "$dialect throughput tasks/s: base Worker $base_m (runs:$base), ratio to the hand-written loop $(awk -v a="$base_m" -v b="$raw_m" 'BEGIN {printf "%.2f", a / b}'), this Worker / base $(awk -v a="$lib_m" -v b="$base_m" 'BEGIN {printf "%.2f", a / b}')" | tee -a "$results"
+    fi
   fi
   if [[ " $parts " == *" latency "* ]]; then
     load_rate=$(tr ' ' '\n' <<<"$load_rates" | sed -n "s/^$dialect=//p")
