@@ -17,7 +17,9 @@ use crate::backoff::{Retry, RetryPolicy};
 use crate::connection::DedupConnection;
 use crate::dialect::Failure;
 use crate::error::{DedupError, Transition};
-use crate::executor::{Change, EndMany, Executor};
+/// A worker's batch of endings of one shape, as [`end_many`] takes it.
+pub(crate) use crate::executor::EndMany;
+use crate::executor::{Change, Executor};
 use crate::retry::Retrying;
 use crate::task_run;
 use crate::validate;

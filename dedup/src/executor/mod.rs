@@ -89,6 +89,7 @@ pub(crate) enum Change<'a> {
 /// A batch of a worker's task endings of one shape, each with its (validated) value:
 /// what [`Executor::end_many`] records.
 #[derive(Clone, Copy)]
+#[cfg_attr(not(feature = "worker"), allow(dead_code))]
 pub(crate) enum EndMany<'a> {
     /// running → succeeded, with each task's result.
     Complete(&'a [(Uuid, Option<&'a serde_json::Value>)]),
@@ -109,6 +110,7 @@ impl EndMany<'_> {
     }
 
     /// The status each task is left in.
+    #[cfg_attr(not(any(feature = "worker", feature = "mysql")), allow(dead_code))]
     pub(crate) fn status(self) -> crate::TaskStatus {
         match self {
             EndMany::Complete(_) => crate::TaskStatus::Succeeded,

@@ -26,8 +26,7 @@ use super::Shared;
 use super::record::{Recorded, counted};
 use crate::TaskStatus;
 use crate::backoff::Retry;
-use crate::executor::EndMany;
-use crate::lifecycle::{self, EndedMany, TaskWorker};
+use crate::lifecycle::{self, EndMany, EndedMany, TaskWorker};
 
 /// How a task's run ended, to be recorded.
 pub(super) struct Ending {
