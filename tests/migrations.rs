@@ -24,6 +24,9 @@ matrix!(
     standalone_and_application_migrators_keep_their_own_ledgers,
     upgrade_from_the_first_release_keeps_every_invariant,
     ensure_schema_brings_the_first_release_up_to_date,
+    serial_upgrade_leaves_running_duplicates_running,
+    serial_upgrade_by_ensure_schema_leaves_running_duplicates_running,
+    running_index_admits_one_serial_run_per_key,
 );
 
 /// What the first release's migrations leave (steps 1 and 2).
@@ -302,13 +305,16 @@ async fn ensure_schema_upgrades_a_legacy_table(db: &TestDb) {
         "dedup_window_end",
     ];
     if db.dialect == Dialect::MySql {
-        added.push("occupied");
+        added.extend(["occupied", "concurrent", "running_slot"]);
+    } else {
+        added.push("concurrent");
     }
     assert_eq!(report.added_columns, added, "{report}");
     for index in [
         "task_run_lookup_idx",
         "task_run_claim_idx",
         "task_active_resource_uidx",
+        "task_running_resource_uidx",
     ] {
         assert!(
             report.created_indexes.iter().any(|i| i == index),
@@ -508,7 +514,7 @@ async fn ensure_schema_after_migrations_changes_nothing(db: &TestDb) {
     Migrator::down(&db.db, None).await.expect("down");
     let report = ensure_schema(&db.db).await.expect("compat patch");
     assert!(report.created_table, "{report}");
-    assert_eq!(report.created_indexes.len(), 3, "{report}");
+    assert_eq!(report.created_indexes.len(), 4, "{report}");
     assert!(ensure_schema(&db.db).await.expect("again").is_unchanged());
 }
 
@@ -571,6 +577,7 @@ async fn migrations_splice_into_an_application_migrator(db: &TestDb) {
             "m20261130_000002_task_dedup_active_resource_uidx",
             "m20261130_000003_task_dedup_scheduling",
             "m20261130_000004_task_dedup_scopes",
+            "m20261201_000005_task_dedup_serial_per_key",
             "m20270101_000001_create_widget",
         ]
     );
@@ -614,6 +621,7 @@ async fn standalone_and_application_migrators_keep_their_own_ledgers(db: &TestDb
             "m20261130_000002_task_dedup_active_resource_uidx",
             "m20261130_000003_task_dedup_scheduling",
             "m20261130_000004_task_dedup_scopes",
+            "m20261201_000005_task_dedup_serial_per_key",
         ]
     );
 
@@ -758,4 +766,165 @@ async fn ensure_schema_brings_the_first_release_up_to_date(db: &TestDb) {
         .expect("the migrator afterwards");
     assert_eq!(schema(db).await, upgraded, "and it changes nothing");
     assert_upgraded(db, &queued, running).await;
+}
+
+/// Steps 1-4, then three tasks of one key running side by side as older releases let
+/// them (scope `queued`, and one `active`), and a follow-up queued behind them; another
+/// key with one running task. Returns the running ids of the key, oldest first, and the
+/// follow-up's.
+async fn seed_running_duplicates(db: &TestDb) -> (Vec<uuid::Uuid>, uuid::Uuid) {
+    Migrator::up(&db.db, Some(4)).await.expect("steps 1-4");
+    let key = ("u", "t", "doc");
+    let mut running = Vec::new();
+    for n in 0..3 {
+        let id = rows::insert(&db.db, key, Running, at(n))
+            .await
+            .expect("seed");
+        // `queued` scope: a running task no longer holds the key, so the next one fits.
+        if n < 2 {
+            let sql = match db.dialect {
+                Dialect::Postgres => "UPDATE task_run SET scope = 'queued' WHERE id = $1",
+                _ => "UPDATE task_run SET scope = 'queued' WHERE id = ?",
+            };
+            db.db
+                .execute_raw(db.stmt(sql, vec![id.into()]))
+                .await
+                .expect("scope");
+        }
+        running.push(id);
+    }
+    rows::insert(&db.db, ("u", "t", "other"), Running, at(3))
+        .await
+        .expect("seed");
+    // The third running task is `active` and holds the key: the follow-up takes a
+    // period window of its own (written finished, then moved there).
+    let follow_up = rows::insert(&db.db, key, Succeeded, at(4))
+        .await
+        .expect("seed");
+    let sql = match db.dialect {
+        Dialect::Postgres => {
+            "UPDATE task_run SET status = 'queued', scope = 'period', dedup_window_end = 1 \
+             WHERE id = $1"
+        }
+        _ => {
+            "UPDATE task_run SET status = 'queued', scope = 'period', dedup_window_end = 1 \
+             WHERE id = ?"
+        }
+    };
+    db.db
+        .execute_raw(db.stmt(sql, vec![follow_up.into()]))
+        .await
+        .expect("window");
+    (running, follow_up)
+}
+
+/// After the upgrade: every task that ran still runs (the oldest of the key keeps its
+/// run, the others were marked `concurrent`), and the rule holds from the next claim:
+/// the follow-up waits until the oldest ends.
+async fn assert_serial_upgrade(db: &TestDb, running: &[uuid::Uuid], follow_up: uuid::Uuid) {
+    use task_dedup::TaskWorker;
+    let lease = std::time::Duration::from_secs(60);
+    let all = rows::all(&db.db).await;
+    let of_key: Vec<_> = all.iter().filter(|r| r.resource_key == "doc").collect();
+    let still_running: Vec<_> = of_key
+        .iter()
+        .filter(|r| r.status == Running)
+        .map(|r| (r.id, r.concurrent))
+        .collect();
+    assert_eq!(
+        still_running,
+        [(running[0], false), (running[1], true), (running[2], true)],
+        "all keep running; the oldest keeps the key's run"
+    );
+    assert!(all.iter().all(|r| r.resource_key == "doc" || !r.concurrent));
+    assert_eq!(db.db.claim("w", &[], lease).await.expect("claim"), None);
+    // A second serial run of the key is refused by the database itself.
+    let sql = match db.dialect {
+        Dialect::Postgres => "UPDATE task_run SET status = 'running' WHERE id = $1",
+        _ => "UPDATE task_run SET status = 'running' WHERE id = ?",
+    };
+    let err = db
+        .db
+        .execute_raw(db.stmt(sql, vec![follow_up.into()]))
+        .await
+        .expect_err("the running index");
+    assert!(is_unique_violation(&err), "{err}");
+    // The exempted ones ending frees nothing; the oldest ending lets the follow-up run.
+    for id in &running[1..] {
+        finish(db, *id).await;
+    }
+    assert_eq!(db.db.claim("w", &[], lease).await.expect("claim"), None);
+    finish(db, running[0]).await;
+    let next = db.db.claim("w", &[], lease).await.expect("claim");
+    assert_eq!(next.map(|t| t.id), Some(follow_up));
+}
+
+/// Marks a task succeeded behind the library's back (the seeded rows have no lease).
+async fn finish(db: &TestDb, id: uuid::Uuid) {
+    let sql = match db.dialect {
+        Dialect::Postgres => "UPDATE task_run SET status = 'succeeded' WHERE id = $1",
+        _ => "UPDATE task_run SET status = 'succeeded' WHERE id = ?",
+    };
+    db.db
+        .execute_raw(db.stmt(sql, vec![id.into()]))
+        .await
+        .expect("finish");
+}
+
+async fn serial_upgrade_leaves_running_duplicates_running(db: &TestDb) {
+    let (running, follow_up) = seed_running_duplicates(db).await;
+    Migrator::up(&db.db, None).await.expect("step 5");
+    assert_serial_upgrade(db, &running, follow_up).await;
+}
+
+async fn serial_upgrade_by_ensure_schema_leaves_running_duplicates_running(db: &TestDb) {
+    let (running, follow_up) = seed_running_duplicates(db).await;
+    let report = ensure_schema(&db.db).await.expect("compat patch");
+    assert!(
+        report
+            .created_indexes
+            .iter()
+            .any(|i| i == "task_running_resource_uidx"),
+        "{report}"
+    );
+    assert_serial_upgrade(db, &running, follow_up).await;
+}
+
+/// The index itself: one running task per key that did not opt out, whatever the
+/// scopes and windows; `concurrent` ones and other statuses are free.
+async fn running_index_admits_one_serial_run_per_key(db: &TestDb) {
+    db.migrate().await;
+    let key = ("u", "t", "doc");
+    let first = rows::insert(&db.db, key, Running, at(0))
+        .await
+        .expect("one run");
+    let set = |sql: &str| match db.dialect {
+        Dialect::Postgres => sql.replace('?', "$1"),
+        _ => sql.to_owned(),
+    };
+    db.db
+        .execute_raw(db.stmt(
+            &set("UPDATE task_run SET scope = 'queued' WHERE id = ?"),
+            vec![first.into()],
+        ))
+        .await
+        .expect("scope");
+    // Not held by the first (scope queued, running), so the active index lets it in...
+    let err = rows::insert(&db.db, key, Running, at(1))
+        .await
+        .expect_err("...but the running index does not");
+    assert!(is_unique_violation(&err), "{err}");
+    let second = rows::insert(&db.db, key, Queued, at(2))
+        .await
+        .expect("queued behind it");
+    db.db
+        .execute_raw(db.stmt(
+            &set("UPDATE task_run SET concurrent = true, status = 'running' WHERE id = ?"),
+            vec![second.into()],
+        ))
+        .await
+        .expect("a concurrent task runs beside it");
+    rows::insert(&db.db, ("u", "t", "other"), Running, at(3))
+        .await
+        .expect("another key");
 }

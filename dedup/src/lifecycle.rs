@@ -54,6 +54,13 @@ pub trait TaskWorker: crate::connection::sealed::Sealed {
     /// `run_at` is in the future is not due. Increments `attempts` and sets `started_at`.
     /// Each queued task goes to exactly one worker. `None` when nothing is due.
     ///
+    /// One run per key: a task is not due while another task of its key is `running`
+    /// (whatever their scopes; [`NewTask::concurrent`](crate::NewTask::concurrent) tasks
+    /// aside), and tasks behind it are claimed past it. The database's
+    /// `task_running_resource_uidx` guarantees it; a claim that loses a key to a
+    /// concurrent claim is run again (up to 5 times, then it returns nothing), never an
+    /// error.
+    ///
     /// A claim lost with its connection is not retried by the library: it may have taken
     /// effect, and its task then comes back when the lease expires and the reaper
     /// requeues it.
@@ -70,7 +77,8 @@ pub trait TaskWorker: crate::connection::sealed::Sealed {
     ) -> Result<Option<task_run::Model>, DedupError>;
 
     /// [`claim`](Self::claim) for up to `max` tasks in one statement (one short
-    /// transaction on MySQL), in claim order. Empty when nothing is due. A worker that
+    /// transaction on MySQL), in claim order, at most one per key. Empty when nothing is
+    /// due. A worker that
     /// has several free slots fills them with one round trip instead of one each.
     ///
     /// # Errors
@@ -178,6 +186,10 @@ pub trait TaskWorker: crate::connection::sealed::Sealed {
     async fn prune_finished(&self, older_than: Duration) -> Result<u64, DedupError>;
 }
 
+/// How many times a claim is run again after losing the race for a key's run to another
+/// claim, before it returns empty-handed. Each loss means another claim won.
+const MAX_CLAIM_RACES: u32 = 5;
+
 /// Who may perform a transition, and what its effect looks like once it took effect.
 #[derive(Clone, Copy)]
 enum Guard<'a> {
@@ -222,11 +234,34 @@ impl<C: DedupConnection> TaskWorker for C {
         // A claim lost with its connection is not run again (it may have taken effect:
         // its tasks come back through the reaper); an aborted one took nothing.
         let mut retrying = Retrying::new(self, Some(Duration::ZERO), "claim");
+        let mut races = 0;
         let claimed = loop {
-            let attempt = async { Ok(exec.claim(worker_id, task_types, lease_micros, max).await?) };
+            // `None`: the claim lost the race for a key's one run to another claim
+            // (`task_running_resource_uidx`) and took nothing.
+            let attempt = async {
+                match exec.claim(worker_id, task_types, lease_micros, max).await {
+                    Err(failure) if failure.is_running_key() => Ok(None),
+                    outcome => Ok(Some(outcome?)),
+                }
+            };
             // Boxed, as in `retried`.
-            if let Some(outcome) = retrying.run(Box::pin(attempt)).await {
-                break outcome?;
+            match retrying.run(Box::pin(attempt)).await {
+                Some(Ok(Some(claimed))) => break claimed,
+                // Run again: it now sees the winner's task running and passes over its
+                // key, filling the batch from other keys.
+                Some(Ok(None)) if races < MAX_CLAIM_RACES => {
+                    races += 1;
+                    tracing::debug!(
+                        worker_id,
+                        races,
+                        "claim lost a key's run to another claim; claiming again"
+                    );
+                }
+                // Others keep winning: nothing for now, which a worker treats as an empty
+                // queue until its next wake-up or poll.
+                Some(Ok(None)) => break Vec::new(),
+                Some(Err(err)) => return Err(err),
+                None => {}
             }
         };
         for task in &claimed {
@@ -278,6 +313,7 @@ impl<C: DedupConnection> TaskWorker for C {
         };
         let task = retried(self, id, Op::Plain(Transition::Complete, guard, change)).await?;
         crate::metrics::finished("completed");
+        crate::notify::run_ended(&mut Executor::new(self.target())?).await?;
         Ok(task)
     }
 
@@ -303,12 +339,11 @@ impl<C: DedupConnection> TaskWorker for C {
         let task = retried(self, id, op).await?;
         if task.status == TaskStatus::Queued {
             crate::metrics::finished("retried");
-            if delay_micros == Some(0) {
-                crate::notify::task_due(&mut Executor::new(self.target())?).await?;
-            }
         } else {
             crate::metrics::finished("failed");
         }
+        // A retry due at once is due; either way the key's run is free.
+        crate::notify::run_ended(&mut Executor::new(self.target())?).await?;
         Ok(task)
     }
 
@@ -323,6 +358,10 @@ impl<C: DedupConnection> TaskWorker for C {
         )
         .await?;
         crate::metrics::finished("cancelled");
+        if task.started_at.is_some() {
+            // It may have been running: its key's run is free.
+            crate::notify::run_ended(&mut Executor::new(self.target())?).await?;
+        }
         Ok(task)
     }
 
@@ -349,30 +388,26 @@ impl<C: DedupConnection> TaskWorker for C {
             policy.max_attempts
         );
         for (id, attempts) in exec.expired().await? {
-            let requeued = match policy.after_attempt(attempts) {
-                Retry::Never => false,
-                Retry::After(delay) => {
-                    let delay_micros = validate::micros("retry", delay)?;
-                    match requeue(&mut exec, id, delay_micros).await {
-                        Ok(requeued) => {
-                            report.requeued += u64::from(requeued);
-                            continue;
-                        }
-                        Err(failure) if failure.is_held_key() => true,
-                        Err(failure) => return Err(failure.into()),
-                    }
+            // A deadlock with a claim or an ending (InnoDB, around the unique indexes'
+            // entries this moves) is run again: each step rechecks the expiry.
+            let mut retrying = Retrying::new(self, None, "reap");
+            let reaped = loop {
+                let attempt = reap_one(&mut exec, id, attempts, policy, &last_attempt);
+                // Boxed, as in `retried`.
+                if let Some(outcome) = retrying.run(Box::pin(attempt)).await {
+                    break outcome?;
                 }
             };
-            let error = if requeued {
-                not_retried("lease expired")
-            } else {
-                last_attempt.clone()
-            };
-            report.failed += u64::from(exec.reap_fail(id, &error).await?);
+            match reaped {
+                Some(true) => report.requeued += 1,
+                Some(false) => report.failed += 1,
+                None => {}
+            }
         }
         crate::metrics::reaped(report.requeued, report.failed);
-        if report.requeued > 0 {
-            crate::notify::task_due(&mut exec).await?;
+        if report != ReapReport::default() {
+            // Requeued tasks are due, and the keys' runs are free for their follow-ups.
+            crate::notify::run_ended(&mut exec).await?;
         }
         if report != ReapReport::default() {
             tracing::info!(
@@ -559,6 +594,37 @@ fn not_retried(error: &str) -> String {
     format!("{error} (not retried: another task of this key is queued and will do the work)")
 }
 
+/// Reaps expired task `id` (claimed for attempt number `attempts`): requeued after the
+/// policy's backoff, or failed after its last attempt or when a follow-up holds its key.
+/// `Some(true)` requeued, `Some(false)` failed, `None` when its lease was renewed or it
+/// ended meanwhile.
+async fn reap_one(
+    exec: &mut Executor<'_>,
+    id: Uuid,
+    attempts: i32,
+    policy: &RetryPolicy,
+    last_attempt: &str,
+) -> Result<Option<bool>, DedupError> {
+    let requeue_refused = match policy.after_attempt(attempts) {
+        Retry::Never => false,
+        Retry::After(delay) => {
+            let delay_micros = validate::micros("retry", delay)?;
+            match requeue(exec, id, delay_micros).await {
+                Ok(true) => return Ok(Some(true)),
+                Ok(false) => return Ok(None),
+                Err(failure) if failure.is_held_key() => true,
+                Err(failure) => return Err(failure.into()),
+            }
+        }
+    };
+    let error = if requeue_refused {
+        not_retried("lease expired")
+    } else {
+        last_attempt.to_owned()
+    };
+    Ok(exec.reap_fail(id, &error).await?.then_some(false))
+}
+
 /// Requeues expired task `id` after `delay_micros`, in a savepoint or short transaction
 /// (a unique violation must not abort a caller's transaction on PostgreSQL). Whether it
 /// applied.
@@ -698,16 +764,14 @@ pub(crate) async fn end_many<C: DedupConnection>(
     for _ in 0..recorded {
         crate::metrics::finished(outcome);
     }
-    if let EndMany::Retry(rows) = batch
-        && rows
-            .iter()
-            .zip(&each)
-            .any(|((_, _, delay), each)| *delay == 0 && each.is_ok())
-        && let Err(err) = crate::notify::task_due(&mut exec).await
+    // Each recorded ending freed its key's run: a follow-up waiting for it is due now,
+    // and so is a retry due at once.
+    if recorded > 0
+        && let Err(err) = crate::notify::run_ended(&mut exec).await
     {
-        // The retries are recorded; a worker that missed the wake-up claims them at
-        // its next poll.
-        tracing::warn!(error = %err, "could not wake workers for retries due now");
+        // The endings are recorded; a worker that missed the wake-up claims the
+        // follow-ups at its next poll.
+        tracing::warn!(error = %err, "could not wake workers for tasks due now");
     }
     Ok(EndedMany::Each(each))
 }

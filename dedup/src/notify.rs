@@ -1,6 +1,7 @@
 //! Wake-up signals sent when a task becomes claimable now (created, replaced, released or
-//! requeued due), so that waiting [`Worker`](crate::Worker)s claim it at once instead of
-//! at their next poll.
+//! requeued due, or a running task ended: with one run per key, a follow-up waiting for
+//! it is due then), so that waiting [`Worker`](crate::Worker)s claim it at once instead
+//! of at their next poll.
 //!
 //! - PostgreSQL: `NOTIFY` on [`CHANNEL`], at most once per [`NOTIFY_DEBOUNCE`] per
 //!   database and process. A notifying transaction takes a database-wide lock from its
@@ -50,6 +51,16 @@ pub(crate) async fn task_due(exec: &mut Executor<'_>) -> Result<(), DedupError> 
         #[allow(unreachable_patterns)]
         _ => Ok(()),
     }
+}
+
+/// Signals that a running task ended through `exec` (completed, failed, retried,
+/// cancelled, reaped): a follow-up of its key that waited for the key's one run is
+/// claimable now. The same signal as [`task_due`], debounced alike.
+///
+/// # Errors
+/// As [`task_due`].
+pub(crate) async fn run_ended(exec: &mut Executor<'_>) -> Result<(), DedupError> {
+    task_due(exec).await
 }
 
 #[cfg(feature = "postgres")]

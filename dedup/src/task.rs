@@ -109,12 +109,14 @@ pub struct NewTask {
     pub(crate) on_conflict: OnConflict,
     pub(crate) run_at: Option<DateTime<Utc>>,
     pub(crate) priority: i16,
+    pub(crate) concurrent: bool,
     pub(crate) retry_budget: Option<Duration>,
 }
 
 impl NewTask {
     /// A task for `key`: no payload, [`Scope::Active`], [`OnConflict::ReturnExisting`],
-    /// runnable at once, priority 0.
+    /// runnable at once, priority 0, one run per key at a time (not
+    /// [`concurrent`](Self::concurrent)).
     pub fn new(key: TaskKey) -> NewTask {
         NewTask {
             key,
@@ -123,6 +125,7 @@ impl NewTask {
             on_conflict: OnConflict::default(),
             run_at: None,
             priority: 0,
+            concurrent: false,
             retry_budget: None,
         }
     }
@@ -157,6 +160,17 @@ impl NewTask {
     /// Default 0.
     pub fn priority(mut self, priority: i16) -> NewTask {
         self.priority = priority;
+        self
+    }
+
+    /// The opt-out of one run per key. By default (`false`) a task is never claimed while
+    /// another task of its key runs, whatever their scopes, and none is claimed while it
+    /// runs: the database enforces it (`task_running_resource_uidx`). `true` lets this
+    /// task run beside the other tasks of its key, and them beside it; dedup itself is
+    /// unchanged (the scope still decides which states hold the key). For work that is
+    /// safe to run twice at once and must not wait, e.g. a read-only export.
+    pub fn concurrent(mut self, concurrent: bool) -> NewTask {
+        self.concurrent = concurrent;
         self
     }
 
@@ -217,6 +231,7 @@ impl NewTask {
             priority: self.priority,
             scope: self.scope.stored(),
             dedup_window_end: self.scope.window_end(now),
+            concurrent: self.concurrent,
         };
         (self.on_conflict, row)
     }

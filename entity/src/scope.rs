@@ -56,6 +56,22 @@ macro_rules! occupies_key_sql {
     };
 }
 
+/// The SQL predicate that is true while a row takes its key's one run: running, and not
+/// [`concurrent`](crate::task_run::Model::concurrent). The unique index
+/// `task_running_resource_uidx` (PostgreSQL, SQLite: its `WHERE`; MySQL/MariaDB: the
+/// generated `running_slot` column) and the claim statements' probe for a running task
+/// of a key use this text. Unqualified: inside a correlated subquery it reads the
+/// subquery's row.
+#[macro_export]
+macro_rules! runs_serially_sql {
+    () => {
+        "(status = 'running' AND NOT concurrent)"
+    };
+}
+
+/// [`runs_serially_sql!`] as a constant.
+pub const RUNS_SERIALLY_SQL: &str = runs_serially_sql!();
+
 /// [`occupies_key_sql!`] as a constant.
 pub const OCCUPIES_KEY_SQL: &str = occupies_key_sql!();
 

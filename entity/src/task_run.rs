@@ -26,6 +26,10 @@ pub const ERROR_MAX_CHARS: usize = 16_383;
 /// Name of the unique index that holds the dedup guarantee.
 pub const ACTIVE_RESOURCE_UIDX: &str = "task_active_resource_uidx";
 
+/// Name of the unique index that holds one run per key: at most one running task per
+/// key, [`Model::concurrent`] tasks aside.
+pub const RUNNING_RESOURCE_UIDX: &str = "task_running_resource_uidx";
+
 /// The current time at the precision the timestamp columns store (microseconds).
 ///
 /// The library writes its own timestamps with this, so a [`Model`] built in memory equals
@@ -43,8 +47,8 @@ pub fn micros(time: DateTimeUtc) -> DateTimeUtc {
 /// One task.
 ///
 /// Timestamps are UTC with microsecond precision on every dialect. The MySQL/MariaDB
-/// generated column that backs the unique index (`occupied`) is a storage detail and not
-/// part of this model.
+/// generated columns that back the unique indexes (`occupied`, `running_slot`) are a
+/// storage detail and not part of this model.
 #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel, Serialize, Deserialize)]
 #[sea_orm(table_name = "task_run")]
 pub struct Model {
@@ -90,6 +94,11 @@ pub struct Model {
     /// Unix epoch (the window is `[end - period, end)`, and its start is the creation
     /// time truncated to the period). 0 for the other scopes. Part of the unique key.
     pub dedup_window_end: i64,
+    /// The opt-out of one run per key: `true` lets the task be claimed while another
+    /// task of its key runs, and lets others be claimed while it runs. `false` (the
+    /// default): the database never lets two such tasks of one key run at once
+    /// ([`RUNNING_RESOURCE_UIDX`]).
+    pub concurrent: bool,
 }
 
 /// `task_run` has no relations.

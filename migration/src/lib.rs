@@ -23,12 +23,17 @@
 //! column (a unique index admits any number of NULLs). Key columns are `VARBINARY` there
 //! so that keys compare byte for byte, as on the other two dialects.
 //!
+//! One run per key the same way: `task_running_resource_uidx` over
+//! `(user_id, task_type, resource_key)` for rows that are `running` and not `concurrent`
+//! (PostgreSQL, SQLite: its predicate; MySQL/MariaDB: the generated `running_slot`).
+//!
 //! | migration | what |
 //! |---|---|
 //! | `m20261130_000001_task_dedup_create_task_run` | the table, its lookup and claim indexes (0.1.0) |
 //! | `m20261130_000002_task_dedup_active_resource_uidx` | the unique index, after resolving old duplicates (0.1.0) |
 //! | `m20261130_000003_task_dedup_scheduling` | `run_at`, `priority`, the claim index for their order |
 //! | `m20261130_000004_task_dedup_scopes` | `scope`, `dedup_window_end`, the unique index rebuilt to read them |
+//! | `m20261201_000005_task_dedup_serial_per_key` | `concurrent`, the unique index over running tasks per key (one run per key) |
 //!
 //! # Features
 //! - `sqlite`, `postgres`, `mysql` (all default): the dialects, forwarded to
@@ -63,6 +68,7 @@ mod m20261130_000001_task_dedup_create_task_run;
 mod m20261130_000002_task_dedup_active_resource_uidx;
 mod m20261130_000003_task_dedup_scheduling;
 mod m20261130_000004_task_dedup_scopes;
+mod m20261201_000005_task_dedup_serial_per_key;
 mod sql;
 
 pub use compat::{ColumnProblem, CompatReport, SchemaError, ensure_schema};
@@ -78,6 +84,7 @@ pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
         Box::new(m20261130_000002_task_dedup_active_resource_uidx::Migration),
         Box::new(m20261130_000003_task_dedup_scheduling::Migration),
         Box::new(m20261130_000004_task_dedup_scopes::Migration),
+        Box::new(m20261201_000005_task_dedup_serial_per_key::Migration),
     ]
 }
 

@@ -17,7 +17,7 @@ macro_rules! columns {
     () => {
         "id, user_id, task_type, resource_key, status, payload, result, error, attempts, \
          lease_owner, lease_expires_at, created_at, updated_at, started_at, finished_at, \
-         run_at, priority, scope, dedup_window_end"
+         run_at, priority, scope, dedup_window_end, concurrent"
     };
 }
 
@@ -27,7 +27,7 @@ macro_rules! columns {
 macro_rules! insert_columns {
     () => {
         "id, user_id, task_type, resource_key, status, payload, attempts, created_at, \
-         updated_at, run_at, priority, scope, dedup_window_end"
+         updated_at, run_at, priority, scope, dedup_window_end, concurrent"
     };
 }
 
@@ -40,12 +40,12 @@ macro_rules! insert_into {
     };
 }
 
-/// A new task's row, with positional placeholders for the 11 values of `args::row`
+/// A new task's row, with positional placeholders for the 12 values of `args::row`
 /// (SQLite, MySQL/MariaDB).
 #[cfg_attr(not(any(feature = "sqlite", feature = "mysql")), allow(unused_macros))]
 macro_rules! row_placeholders {
     () => {
-        "(?, ?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?)"
+        "(?, ?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?, ?)"
     };
 }
 
@@ -74,7 +74,7 @@ fn repeat(group: &str, count: usize) -> String {
 /// positional). PostgreSQL and SQLite writes end in `RETURNING` the row; MySQL has no
 /// `RETURNING`, and reads the row by id in the same transaction.
 pub(crate) struct Statements {
-    /// Inserts a new task unless its key is held (the 11 values of
+    /// Inserts a new task unless its key is held (the 12 values of
     /// `executor::args::row`). PostgreSQL/SQLite: `DO NOTHING RETURNING id`, a row when
     /// inserted; MySQL: a plain INSERT whose duplicate-key error on the unique index
     /// means "held".
@@ -305,6 +305,9 @@ pub(crate) enum Kind {
     /// A violation of `task_active_resource_uidx`: the key is held (not another
     /// constraint).
     HeldKey,
+    /// A violation of `task_running_resource_uidx`: a claim lost the race for a key's one
+    /// run to a concurrent claim (both picked tasks of a key none of whose tasks ran).
+    RunningKey,
     /// The connection was lost or could not be had ([`crate::is_connection_lost`]).
     ConnectionLost,
     /// The database aborted the statement to resolve a deadlock or a serialization
@@ -390,6 +393,11 @@ impl Failure {
     /// Whether the statement ran into a task holding the key.
     pub(crate) fn is_held_key(&self) -> bool {
         self.kind == Kind::HeldKey
+    }
+
+    /// Whether a claim ran into a task of its key that another claim started meanwhile.
+    pub(crate) fn is_running_key(&self) -> bool {
+        self.kind == Kind::RunningKey
     }
 }
 

@@ -7,7 +7,7 @@
 use std::borrow::Cow;
 
 use sea_orm::sqlx::mysql::MySqlDatabaseError;
-use task_dedup_entity::task_run::ACTIVE_RESOURCE_UIDX;
+use task_dedup_entity::task_run::{ACTIVE_RESOURCE_UIDX, RUNNING_RESOURCE_UIDX};
 
 use super::{Bulk, Endings, Guarded, Kind, Statements, repeat, squeeze};
 
@@ -96,19 +96,39 @@ pub(crate) const REPLACE: &str = "UPDATE task_run SET payload = ?, run_at = ?, p
 // ([`claim_update`], [`claimed`]), in one short transaction. `task_run_claim_idx` serves
 // the order, which also keeps InnoDB from locking every row it scans.
 
-/// The ids of the next due queued tasks of any type, locked: how many.
-pub(crate) const CLAIM_ANY: &str = "SELECT id FROM task_run \
-                                    WHERE status = 'queued' AND run_at <= UTC_TIMESTAMP(6) \
-                                    ORDER BY priority DESC, run_at, created_at, id LIMIT ? \
-                                    FOR UPDATE SKIP LOCKED";
+// One run per key: a task is due only if no task of its key runs (a probe of
+// `task_running_resource_uidx` through its generated column `running_slot`, 1 while a
+// task runs and is not `concurrent`), unless it is `concurrent` itself. Blocked tasks
+// are passed over in the scan, so a batch fills from unblocked keys however many wait
+// ahead of them. The subquery is a plain read (a locking clause does not reach into
+// it). The flow keeps the first task of each key among those selected
+// (`executor::mysql::claim`).
+
+/// A claim up to the selection of the tasks: `CLAIM_ANY` and `CLAIM_TYPES` differ in
+/// which tasks they select.
+macro_rules! claim_select {
+    () => {
+        "SELECT id, user_id, task_type, resource_key, concurrent FROM task_run t \
+         WHERE status = 'queued' AND run_at <= UTC_TIMESTAMP(6) \
+         AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
+         WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
+         AND r.resource_key = t.resource_key AND r.running_slot = 1)) "
+    };
+}
+
+/// The next due queued tasks of any type, locked (id, key, `concurrent`): how many.
+pub(crate) const CLAIM_ANY: &str = concat!(
+    claim_select!(),
+    "ORDER BY priority DESC, run_at, created_at, id LIMIT ? FOR UPDATE SKIP LOCKED"
+);
 
 /// The same for some task types: the types (a JSON array), how many.
-pub(crate) const CLAIM_TYPES: &str = "SELECT id FROM task_run \
-                                      WHERE status = 'queued' AND run_at <= UTC_TIMESTAMP(6) \
-                                      AND task_type IN (SELECT t FROM JSON_TABLE(?, '$[*]' \
-                                      COLUMNS (t varchar(64) PATH '$')) AS types) \
-                                      ORDER BY priority DESC, run_at, created_at, id LIMIT ? \
-                                      FOR UPDATE SKIP LOCKED";
+pub(crate) const CLAIM_TYPES: &str = concat!(
+    claim_select!(),
+    "AND task_type IN (SELECT t FROM JSON_TABLE(?, '$[*]' \
+     COLUMNS (t varchar(64) PATH '$')) AS types) \
+     ORDER BY priority DESC, run_at, created_at, id LIMIT ? FOR UPDATE SKIP LOCKED"
+);
 
 /// Marks `ids` locked tasks claimed: worker_id, lease, the ids. One primary-key lookup
 /// each (a JSON_TABLE of ids made InnoDB scan and lock the whole table).
@@ -324,7 +344,8 @@ const ER_QUERY_TIMEOUT: u16 = 3024;
 /// the table), so a duplicate key is told ours by reading it: the one place that does.
 pub(super) fn kind(e: &MySqlDatabaseError) -> Kind {
     match e.number() {
-        ER_DUP_ENTRY if names_our_index(e.message()) => Kind::HeldKey,
+        ER_DUP_ENTRY if names_index(e.message(), ACTIVE_RESOURCE_UIDX) => Kind::HeldKey,
+        ER_DUP_ENTRY if names_index(e.message(), RUNNING_RESOURCE_UIDX) => Kind::RunningKey,
         ER_LOCK_DEADLOCK => Kind::TransactionConflict,
         CR_SERVER_GONE_ERROR
         | CR_SERVER_LOST
@@ -336,9 +357,9 @@ pub(super) fn kind(e: &MySqlDatabaseError) -> Kind {
     }
 }
 
-fn names_our_index(message: &str) -> bool {
+fn names_index(message: &str, index: &str) -> bool {
     message
         .strip_suffix('\'')
-        .and_then(|m| m.strip_suffix(ACTIVE_RESOURCE_UIDX))
+        .and_then(|m| m.strip_suffix(index))
         .is_some_and(|m| m.ends_with('\'') || m.ends_with('.'))
 }

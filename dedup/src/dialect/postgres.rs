@@ -6,8 +6,8 @@
 use std::borrow::Cow;
 
 use sea_orm::sqlx::postgres::PgDatabaseError;
-use task_dedup_entity::occupies_key_sql;
-use task_dedup_entity::task_run::ACTIVE_RESOURCE_UIDX;
+use task_dedup_entity::task_run::{ACTIVE_RESOURCE_UIDX, RUNNING_RESOURCE_UIDX};
+use task_dedup_entity::{occupies_key_sql, runs_serially_sql};
 
 use super::{Bulk, Endings, Guarded, Kind, Returning, Statements};
 
@@ -28,7 +28,7 @@ macro_rules! insert_on_conflict {
             "INSERT INTO task_run (",
             insert_columns!(),
             ") \
-             VALUES ($1, $2, $3, $4, 'queued', $5, 0, $6, $7, $8, $9, $10, $11) \
+             VALUES ($1, $2, $3, $4, 'queued', $5, 0, $6, $7, $8, $9, $10, $11, $12) \
              ON CONFLICT (user_id, task_type, resource_key, dedup_window_end) \
              WHERE ",
             occupies_key_sql!()
@@ -53,14 +53,49 @@ macro_rules! replace_queued {
 }
 
 /// A claim up to the selection of the tasks: `claim_any` and `claim_types` differ in
-/// which tasks they select.
+/// which tasks they select ([`claim_end!`] closes both).
+///
+/// One run per key: a task is due only if no task of its key runs (a probe of
+/// `task_running_resource_uidx`, whose predicate it repeats), unless it is `concurrent`.
+/// Blocked tasks are passed over in the scan, so a batch fills from unblocked keys
+/// however many wait ahead of them.
 macro_rules! claim_set {
     () => {
-        "UPDATE task_run SET status = 'running', attempts = attempts + 1, \
-         lease_owner = $1, lease_expires_at = statement_timestamp() + $2 * interval '1 microsecond', \
-         started_at = statement_timestamp(), updated_at = statement_timestamp() \
-         WHERE id IN (SELECT id FROM task_run \
-         WHERE status = 'queued' AND run_at <= statement_timestamp() "
+        concat!(
+            "UPDATE task_run SET status = 'running', attempts = attempts + 1, \
+             lease_owner = $1, lease_expires_at = statement_timestamp() + $2 * interval '1 microsecond', \
+             started_at = statement_timestamp(), updated_at = statement_timestamp() \
+             WHERE id = ANY(ARRAY(SELECT DISTINCT ON (user_id, task_type, resource_key, \
+             CASE WHEN concurrent THEN id END) id \
+             FROM (SELECT id, user_id, task_type, resource_key, concurrent, priority, run_at, \
+             created_at FROM task_run t \
+             WHERE status = 'queued' AND run_at <= statement_timestamp() \
+             AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
+             WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
+             AND r.resource_key = t.resource_key AND ",
+            runs_serially_sql!(),
+            ")) "
+        )
+    };
+}
+
+/// The end of a claim, after its selection: the next `$limit` due tasks in claim order,
+/// locked (SKIP LOCKED: concurrent claimers pass over each other's rows instead of
+/// queueing behind them), then the first of each key among them (DISTINCT ON; a
+/// `concurrent` task is a key of its own), so one claim never starts two tasks of one
+/// key. `id = ANY(ARRAY(...))`: the selection runs once, then one primary-key lookup per
+/// task.
+macro_rules! claim_end {
+    ($limit:literal) => {
+        concat!(
+            "ORDER BY priority DESC, run_at, created_at, id LIMIT ",
+            $limit,
+            " FOR UPDATE SKIP LOCKED) AS due \
+             ORDER BY user_id, task_type, resource_key, CASE WHEN concurrent THEN id END, \
+             priority DESC, run_at, created_at, id)) \
+             RETURNING ",
+            columns!()
+        )
     };
 }
 
@@ -165,22 +200,12 @@ pub(crate) const STATEMENTS: Statements = Statements {
 
 pub(crate) const RETURNING: Returning = Returning {
     replace: concat!(insert_on_conflict!(), replace_queued!()),
-    // SKIP LOCKED: concurrent claimers pass over each other's rows instead of queueing
-    // behind them. `task_run_claim_idx (status, priority DESC, run_at, created_at, id)`
-    // serves the order.
-    claim_any: concat!(
-        claim_set!(),
-        "ORDER BY priority DESC, run_at, created_at, id LIMIT $3 FOR UPDATE SKIP LOCKED) \
-         RETURNING ",
-        columns!()
-    ),
-    claim_types: concat!(
-        claim_set!(),
-        "AND task_type = ANY($3) \
-         ORDER BY priority DESC, run_at, created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) \
-         RETURNING ",
-        columns!()
-    ),
+    // `task_run_claim_idx (status, priority DESC, run_at, created_at, id)` serves the
+    // order. Two claimers may still pick follow-ups of one key at once (a task the other
+    // has locked, not yet running): the index lets one of them through, and the other's
+    // claim fails (`Kind::RunningKey`) and is run again.
+    claim_any: concat!(claim_set!(), claim_end!("$3")),
+    claim_types: concat!(claim_set!(), "AND task_type = ANY($3) ", claim_end!("$4")),
 };
 
 /// The channel waiting workers LISTEN on.
@@ -236,11 +261,12 @@ macro_rules! bulk_insert_on_conflict {
             ") \
              SELECT id, user_id, task_type, resource_key, 'queued', \
              CASE WHEN has_payload THEN payload END, 0, $5, $5, run_at, priority, scope, \
-             dedup_window_end \
+             dedup_window_end, concurrent \
              FROM unnest($1::uuid[], $2::varchar[], $3::varchar[], $4::varchar[], \
-             $6::jsonb[], $7::bool[], $8::timestamptz[], $9::int2[], $10::varchar[], $11::int8[]) \
+             $6::jsonb[], $7::bool[], $8::timestamptz[], $9::int2[], $10::varchar[], $11::int8[], \
+             $12::bool[]) \
              AS t(id, user_id, task_type, resource_key, payload, has_payload, run_at, priority, \
-             scope, dedup_window_end) \
+             scope, dedup_window_end, concurrent) \
              ON CONFLICT (user_id, task_type, resource_key, dedup_window_end) \
              WHERE ",
             occupies_key_sql!()
@@ -361,6 +387,7 @@ const INVALID_COLUMN_REFERENCE: &str = "42P10";
 pub(super) fn kind(e: &PgDatabaseError) -> Kind {
     match e.code() {
         UNIQUE_VIOLATION if e.constraint() == Some(ACTIVE_RESOURCE_UIDX) => Kind::HeldKey,
+        UNIQUE_VIOLATION if e.constraint() == Some(RUNNING_RESOURCE_UIDX) => Kind::RunningKey,
         SERIALIZATION_FAILURE | DEADLOCK_DETECTED => Kind::TransactionConflict,
         ADMIN_SHUTDOWN | CRASH_SHUTDOWN | CANNOT_CONNECT_NOW => Kind::ConnectionLost,
         code if code.starts_with(CONNECTION_EXCEPTION_CLASS) => Kind::ConnectionLost,

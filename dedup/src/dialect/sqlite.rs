@@ -10,7 +10,7 @@ use std::borrow::Cow;
 
 use sea_orm::sqlx::error::DatabaseError;
 use sea_orm::sqlx::sqlite::SqliteError;
-use task_dedup_entity::occupies_key_sql;
+use task_dedup_entity::{occupies_key_sql, runs_serially_sql};
 
 use super::{Bulk, Endings, Guarded, Kind, Returning, Statements, repeat, squeeze};
 
@@ -25,16 +25,45 @@ macro_rules! complete {
 }
 
 /// A claim up to the selection of the tasks: `claim_any` and `claim_types` differ in
-/// which tasks they select.
+/// which tasks they select ([`claim_end!`] closes both).
+///
+/// One run per key: a task is due only if no task of its key runs (a probe of
+/// `task_running_resource_uidx`, whose predicate it repeats so that SQLite uses it),
+/// unless it is `concurrent`. Blocked tasks are passed over in the scan, so a batch
+/// fills from unblocked keys however many wait ahead of them.
 macro_rules! claim_set {
     () => {
-        "UPDATE task_run SET status = 'running', attempts = attempts + 1, lease_owner = ?, \
-         lease_expires_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?), \
-         started_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
-         updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
-         WHERE id IN (SELECT id FROM task_run \
-         WHERE status = 'queued' \
-         AND run_at <= strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', '+0.001 seconds') "
+        concat!(
+            "UPDATE task_run SET status = 'running', attempts = attempts + 1, lease_owner = ?, \
+             lease_expires_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?), \
+             started_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
+             updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
+             WHERE id IN (SELECT id FROM (SELECT id, row_number() OVER (PARTITION BY user_id, \
+             task_type, resource_key, CASE WHEN concurrent THEN id END \
+             ORDER BY priority DESC, run_at, created_at, id) AS nth \
+             FROM (SELECT id, user_id, task_type, resource_key, concurrent, priority, run_at, \
+             created_at FROM task_run t \
+             WHERE status = 'queued' \
+             AND run_at <= strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', '+0.001 seconds') \
+             AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
+             WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
+             AND r.resource_key = t.resource_key AND ",
+            runs_serially_sql!(),
+            ")) "
+        )
+    };
+}
+
+/// The end of a claim, after its selection: the next due tasks in claim order, then the
+/// first of each key among them (a `concurrent` task is a key of its own), so one claim
+/// never starts two tasks of one key.
+macro_rules! claim_end {
+    () => {
+        concat!(
+            "ORDER BY priority DESC, run_at, created_at, id LIMIT ?)) WHERE nth = 1) \
+             RETURNING ",
+            columns!()
+        )
     };
 }
 
@@ -146,22 +175,15 @@ pub(crate) const RETURNING: Returning = Returning {
     // clock has millisecond resolution and `run_at` microseconds: a task is due within
     // the millisecond of its `run_at` (else a task enqueued in the same millisecond as
     // the claim would wait for the next one).
-    claim_any: concat!(
-        claim_set!(),
-        "ORDER BY priority DESC, run_at, created_at, id LIMIT ?) \
-         RETURNING ",
-        columns!()
-    ),
+    claim_any: concat!(claim_set!(), claim_end!()),
     claim_types: concat!(
         claim_set!(),
-        "AND task_type IN (SELECT value FROM json_each(?)) \
-         ORDER BY priority DESC, run_at, created_at, id LIMIT ?) \
-         RETURNING ",
-        columns!()
+        "AND task_type IN (SELECT value FROM json_each(?)) ",
+        claim_end!()
     ),
 };
 
-/// One multi-row statement per chunk, with the 11 placeholders of the single insert per
+/// One multi-row statement per chunk, with the 12 placeholders of the single insert per
 /// row: 2,000 rows stay within SQLite's 32,766 placeholders.
 pub(crate) const BULK: Bulk = Bulk {
     chunk: 2_000,
@@ -296,6 +318,9 @@ const SQLITE_BUSY: i32 = 5;
 /// UNIQUE failure.
 const HELD_KEY_COLUMNS: &str = "task_run.user_id, task_run.task_type, \
                                 task_run.resource_key, task_run.dedup_window_end";
+/// The same for `task_running_resource_uidx`, after the colon that ends the prefix.
+const RUNNING_KEY_COLUMNS: &str = ": task_run.user_id, task_run.task_type, \
+                                   task_run.resource_key";
 
 /// What a SQLite error means. SQLite names the columns of the violated index, not the
 /// index: `UNIQUE constraint failed: task_run.user_id, ..., task_run.dedup_window_end`.
@@ -305,6 +330,9 @@ pub(super) fn kind(e: &SqliteError) -> Kind {
     let code = code.as_deref();
     if code == Some(SQLITE_CONSTRAINT_UNIQUE) && e.message().ends_with(HELD_KEY_COLUMNS) {
         return Kind::HeldKey;
+    }
+    if code == Some(SQLITE_CONSTRAINT_UNIQUE) && e.message().ends_with(RUNNING_KEY_COLUMNS) {
+        return Kind::RunningKey;
     }
     match code.and_then(|code| code.parse::<i32>().ok()) {
         Some(code) if code & 0xff == SQLITE_BUSY => Kind::Timeout,

@@ -27,6 +27,7 @@ pub(crate) enum Arg<'a> {
     Json(Option<&'a serde_json::Value>),
     I16(i16),
     I64(i64),
+    Bool(bool),
     Time(Time),
     /// A PostgreSQL array: one column of a batch.
     #[cfg(feature = "postgres")]
@@ -50,8 +51,8 @@ pub(crate) enum Array<'a> {
 
 /// A new task's values, in the order of the INSERT statements' placeholders: id,
 /// user_id, task_type, resource_key, payload, created_at, updated_at, run_at, priority,
-/// scope, dedup_window_end (`status` and `attempts` are literals there).
-pub(crate) fn row(row: &task_run::Model) -> [Arg<'_>; 11] {
+/// scope, dedup_window_end, concurrent (`status` and `attempts` are literals there).
+pub(crate) fn row(row: &task_run::Model) -> [Arg<'_>; 12] {
     [
         Arg::Uuid(row.id),
         Arg::Str(&row.user_id),
@@ -64,6 +65,7 @@ pub(crate) fn row(row: &task_run::Model) -> [Arg<'_>; 11] {
         Arg::I16(row.priority),
         Arg::Str(row.scope.as_str()),
         Arg::I64(row.dedup_window_end),
+        Arg::Bool(row.concurrent),
     ]
 }
 
@@ -124,6 +126,7 @@ pub(crate) fn rows<'a>(dialect: Dialect, rows: &[&'a task_run::Model]) -> Vec<Ar
             Arg::Array(Array::I16(column(rows, |r| r.priority))),
             Arg::Array(Array::Str(column(rows, |r| r.scope.as_str()))),
             window_end,
+            Arg::Array(Array::Bool(column(rows, |r| r.concurrent))),
         ];
     }
     let _ = dialect;
@@ -254,6 +257,7 @@ impl From<Arg<'_>> for Value {
             Arg::Json(v) => v.cloned().into(),
             Arg::I16(v) => v.into(),
             Arg::I64(v) => v.into(),
+            Arg::Bool(v) => v.into(),
             Arg::Time(v) => v.into(),
             #[cfg(feature = "postgres")]
             Arg::Array(array) => match array {
@@ -321,6 +325,7 @@ macro_rules! bind_scalar {
             Arg::Json(v) => $query.bind(v),
             Arg::I16(v) => $query.bind(v),
             Arg::I64(v) => $query.bind(v),
+            Arg::Bool(v) => $query.bind(v),
             Arg::Time(v) => $query.bind(v),
             #[allow(unreachable_patterns)]
             $other => $otherwise,

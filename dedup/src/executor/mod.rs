@@ -379,7 +379,11 @@ impl<'c> Executor<'c> {
 
     /// Moves up to `max` due queued tasks (of `task_types`, or of any type when empty)
     /// to `running` under `worker_id`'s lease, atomically, in claim order: highest
-    /// priority first, then the oldest `run_at`, then the oldest task.
+    /// priority first, then the oldest `run_at`, then the oldest task; one per key, and
+    /// none of a key with a task running (`concurrent` tasks aside).
+    ///
+    /// A claim that lost the race for a key's run to a concurrent claim fails with
+    /// [`Kind::RunningKey`](crate::dialect::Kind::RunningKey) and took nothing.
     pub(crate) async fn claim(
         &mut self,
         worker_id: &str,
@@ -388,6 +392,17 @@ impl<'c> Executor<'c> {
         max: i64,
     ) -> Result<Vec<task_run::Model>, Failure> {
         let mut tasks = match self.dialect {
+            // In the caller's transaction, a savepoint: a lost race (a unique violation)
+            // would otherwise abort the whole transaction.
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres if self.in_transaction() => {
+                let returning = &crate::dialect::postgres::RETURNING;
+                let mut txn = self.begin(false).await?;
+                let outcome = txn
+                    .claim_returning(returning, worker_id, task_types, lease_micros, max)
+                    .await;
+                txn.finish(outcome).await?
+            }
             #[cfg(feature = "postgres")]
             Dialect::Postgres => {
                 let returning = &crate::dialect::postgres::RETURNING;

@@ -2,6 +2,8 @@
 //! write and the read of its row run in one short transaction, whose row locks keep the
 //! row as the write left it until the read.
 
+use std::collections::HashSet;
+
 use uuid::Uuid;
 
 use super::args::{self, Arg};
@@ -60,8 +62,11 @@ async fn replace_queued(
     })
 }
 
-/// Locks the next rows (skipping rows other claimers hold), updates them and reads them
-/// back, in one short transaction.
+/// Locks the next rows (skipping rows other claimers hold), keeps the first of each key
+/// among them (in claim order; a `concurrent` task is a key of its own), updates them
+/// and reads them back, in one short transaction. The UPDATE fails on
+/// `task_running_resource_uidx` when a concurrent claim started a task of one of the keys
+/// meanwhile.
 pub(super) async fn claim(
     exec: &mut Executor<'_>,
     worker_id: &str,
@@ -78,10 +83,18 @@ pub(super) async fn claim(
             let types = args::task_types(dialect, task_types);
             txn.rows(CLAIM_TYPES, vec![types, Arg::I64(max)]).await?
         };
-        let ids = select
-            .iter()
-            .map(|row| row.try_get::<Uuid>("", "id"))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut keys = HashSet::with_capacity(select.len());
+        let mut ids = Vec::with_capacity(select.len());
+        for row in &select {
+            let key: (String, String, String) = (
+                row.try_get("", "user_id")?,
+                row.try_get("", "task_type")?,
+                row.try_get("", "resource_key")?,
+            );
+            if row.try_get::<bool>("", "concurrent")? || keys.insert(key) {
+                ids.push(row.try_get::<Uuid>("", "id")?);
+            }
+        }
         if ids.is_empty() {
             return Ok(Vec::new());
         }

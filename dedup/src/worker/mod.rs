@@ -163,7 +163,8 @@ struct Shared {
     counters: Counters,
     /// Running tasks per limited type.
     running: Mutex<HashMap<String, usize>>,
-    /// Rung when a task ends: a slot (or a type's slot) is free again.
+    /// Rung when a task ends, after its end is recorded: a slot (or a type's slot) is
+    /// free again, and a follow-up of its key may be due.
     task_ended: Notify,
     /// Fires when the shutdown grace ran out: every handler's cancellation.
     abort: CancellationToken,
@@ -321,7 +322,8 @@ impl Worker {
                     drop(permits);
                 }
             }
-            // Nothing to claim: wait for a wake-up, a retry falling due, or the poll.
+            // Nothing to claim: wait for a wake-up, one of this worker's tasks ending, a
+            // retry falling due, or the poll.
             let now = Instant::now();
             let mut wait = if waker.replaces_polling() {
                 config.fallback_poll
@@ -340,6 +342,9 @@ impl Worker {
                     idle = (idle * 2).min(config.poll_max);
                 }
                 () = retry_scheduled => {}
+                // One of this worker's tasks ended (its end recorded): a follow-up of its
+                // key may be due now, whatever the database can announce.
+                () = task_ended => {}
                 Some(()) = async { match bell.as_mut().as_pin_mut() {
                     Some(bell) => { bell.await; Some(()) }
                     None => None,

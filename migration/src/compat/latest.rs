@@ -34,6 +34,8 @@ pub(crate) enum Kind {
     BigInt,
     /// A UTC timestamp with microseconds.
     Timestamp,
+    /// A boolean (`boolean`; `tinyint(1)` on MySQL/MariaDB).
+    Bool,
 }
 
 /// One column of the latest schema.
@@ -71,7 +73,7 @@ const fn later(name: &'static str, kind: Kind) -> Spec {
 }
 
 /// Every column the library reads or writes, in table order.
-pub(crate) const COLUMNS: [Spec; 19] = [
+pub(crate) const COLUMNS: [Spec; 20] = [
     spec("id", Kind::Uuid, false, false),
     spec("user_id", Kind::Key(USER_ID_MAX_CHARS), false, false),
     spec("task_type", Kind::Key(TASK_TYPE_MAX_CHARS), false, false),
@@ -96,10 +98,11 @@ pub(crate) const COLUMNS: [Spec; 19] = [
     later("priority", Kind::SmallInt),
     later("scope", Kind::Text(SCOPE_MAX_CHARS)),
     later("dedup_window_end", Kind::BigInt),
+    later("concurrent", Kind::Bool),
 ];
 
-/// The MySQL/MariaDB generated columns behind the unique index, old and new.
-const GENERATED: [&str; 2] = ["active_marker", "occupied"];
+/// The MySQL/MariaDB generated columns behind the unique indexes, old and new.
+const GENERATED: [&str; 3] = ["active_marker", "occupied", "running_slot"];
 
 /// A column [`ensure_schema`](crate::ensure_schema) cannot make usable.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -190,6 +193,8 @@ fn accepts(dialect: Dialect, kind: Kind, column: &Column) -> Result<(), String> 
             let affinity = sqlite_affinity(data_type);
             let ok = match kind {
                 Kind::Int | Kind::SmallInt | Kind::BigInt => affinity == Affinity::Integer,
+                // `boolean` has NUMERIC affinity; both store 0 and 1 as integers.
+                Kind::Bool => matches!(affinity, Affinity::Integer | Affinity::Numeric),
                 Kind::Uuid => affinity != Affinity::Integer,
                 Kind::Timestamp => matches!(
                     affinity,
@@ -205,6 +210,7 @@ fn accepts(dialect: Dialect, kind: Kind, column: &Column) -> Result<(), String> 
                     sqlite_type(kind),
                     match kind {
                         Kind::Int | Kind::SmallInt | Kind::BigInt => "INTEGER affinity",
+                        Kind::Bool => "INTEGER or NUMERIC affinity",
                         Kind::Uuid => "any affinity but INTEGER, which would make it the rowid",
                         _ => "TEXT or BLOB affinity",
                     }
@@ -227,6 +233,7 @@ fn accepts(dialect: Dialect, kind: Kind, column: &Column) -> Result<(), String> 
                 Kind::SmallInt => data_type == "int2",
                 Kind::BigInt => data_type == "int8",
                 Kind::Timestamp => data_type == "timestamptz",
+                Kind::Bool => data_type == "bool",
             };
             if ok { Ok(()) } else { Err(postgres_type(kind)) }
         }
@@ -248,6 +255,7 @@ fn accepts(dialect: Dialect, kind: Kind, column: &Column) -> Result<(), String> 
                     matches!(data_type, "int" | "bigint" | "mediumint" | "smallint")
                 }
                 Kind::Timestamp => data_type == "datetime" && column.precision == Some(6),
+                Kind::Bool => data_type == "tinyint",
             };
             if ok { Ok(()) } else { Err(mysql_type(kind)) }
         }
@@ -295,6 +303,7 @@ fn sqlite_type(kind: Kind) -> String {
         Kind::Json => "jsonb_text".to_owned(),
         Kind::Int => "integer".to_owned(),
         Kind::Timestamp => "timestamp_with_timezone_text".to_owned(),
+        Kind::Bool => "boolean".to_owned(),
     }
 }
 
@@ -308,6 +317,7 @@ fn postgres_type(kind: Kind) -> String {
         Kind::Json => "jsonb".to_owned(),
         Kind::Int => "integer".to_owned(),
         Kind::Timestamp => "timestamp with time zone".to_owned(),
+        Kind::Bool => "boolean".to_owned(),
     }
 }
 
@@ -322,6 +332,7 @@ fn mysql_type(kind: Kind) -> String {
         Kind::Json => "json".to_owned(),
         Kind::Int => "int".to_owned(),
         Kind::Timestamp => "datetime(6)".to_owned(),
+        Kind::Bool => "boolean".to_owned(),
     }
 }
 
