@@ -4,13 +4,15 @@
 #      hand-written claim/complete loops on sqlx (raw-dedup), interleaved, BENCH_REPEAT
 #      times; prints the medians and their ratio;
 #   2. enqueue-to-start latency at an idle rate and under load, Auto wake-ups and polling;
-#   3. statements per second of idle workers, Auto wake-ups and polling.
+#   3. statements per second of idle workers, Auto wake-ups and polling;
+#   4. head-of-line blocking: claim latency of 1,000 free tasks behind BENCH_BLOCKED
+#      (10,000) follow-ups whose keys run, against the free tasks alone.
 #
 #   bench/worker.sh                           # everything (about 15 minutes on 2 cores)
 #   BENCH_DIALECTS="postgres" BENCH_PARTS="latency idle" bench/worker.sh
 #
 # Environment: the BENCH_*_URL variables of bench/run.sh, BENCH_DIALECTS, BENCH_PARTS
-# ("throughput latency idle"), BENCH_REPEAT (5), BENCH_OPS (10000), BENCH_WORKERS (4),
+# ("throughput latency idle blocked"), BENCH_REPEAT (5), BENCH_OPS (10000), BENCH_WORKERS (4),
 # BENCH_CONCURRENCY (8), BENCH_POOL (16), BENCH_IDLE_RATE (2 tasks/s, 40 tasks),
 # BENCH_LOAD_RATE (per dialect: "sqlite=800 postgres=800 mysql=500" tasks/s, 4,000 tasks),
 # BENCH_IDLE_SECS (20), BENCH_BASE_BIN (a binary of another commit: its Worker drains too,
@@ -23,7 +25,7 @@ sqlite_url=${BENCH_SQLITE_URL:-"sqlite:///tmp/task-dedup-bench.db?mode=rwc"}
 postgres_url=${BENCH_POSTGRES_URL:-"postgres://postgres@127.0.0.1:5432/task_dedup_bench?sslmode=disable"}
 mysql_url=${BENCH_MYSQL_URL:-"mysql://root@127.0.0.1:3306/task_dedup_bench"}
 dialects=${BENCH_DIALECTS:-"sqlite postgres mysql"}
-parts=${BENCH_PARTS:-"throughput latency idle"}
+parts=${BENCH_PARTS:-"throughput latency idle blocked"}
 repeat=${BENCH_REPEAT:-5}
 ops=${BENCH_OPS:-10000}
 workers=${BENCH_WORKERS:-4}
@@ -32,6 +34,7 @@ pool=${BENCH_POOL:-16}
 idle_rate=${BENCH_IDLE_RATE:-2}
 load_rates=${BENCH_LOAD_RATE:-"sqlite=800 postgres=800 mysql=500"}
 idle_secs=${BENCH_IDLE_SECS:-20}
+blocked=${BENCH_BLOCKED:-10000}
 
 # BENCH_BIN: a binary built before (e.g. of another commit, to compare two in one session).
 base_bin=${BENCH_BASE_BIN:-}
@@ -98,6 +101,10 @@ for dialect in $dialects; do
       "$bin" "${common[@]}" --strategy find-or-enqueue --workload worker-idle --wakeups "$wakeups" \
         --idle-secs "$idle_secs" | tee -a "$results"
     done
+  fi
+  if [[ " $parts " == *" blocked "* ]]; then
+    "$bin" "${common[@]}" --strategy find-or-enqueue --workload worker-blocked \
+      --blocked "$blocked" --ops 1000 | tee -a "$results"
   fi
 done
 echo "raw results in $results"

@@ -73,6 +73,10 @@ pub struct Args {
     /// `worker`: count the statements sent (sqlx's statement log; costs a little).
     #[arg(long)]
     pub count_statements: bool,
+    /// `worker-blocked`: follow-ups waiting behind running tasks of their keys, ahead of
+    /// the `--ops` free tasks in claim order.
+    #[arg(long, default_value_t = 10_000)]
+    pub blocked: usize,
     /// `worker-idle`: seconds counted.
     #[arg(long, default_value_t = 20)]
     pub idle_secs: u64,
@@ -109,6 +113,10 @@ pub enum Workload {
     WorkerLatency,
     /// Statements per second of workers on an empty queue.
     WorkerIdle,
+    /// Claim latency (`claim_many` of `--concurrency` tasks) of `--ops` free tasks queued
+    /// behind `--blocked` follow-ups whose keys run: head-of-line blocking, against the
+    /// same free tasks alone.
+    WorkerBlocked,
 }
 
 /// How bench workers learn of new tasks (`task_dedup::Wakeups`).
@@ -131,7 +139,10 @@ impl Workload {
     pub fn is_worker(self) -> bool {
         matches!(
             self,
-            Workload::Worker | Workload::WorkerLatency | Workload::WorkerIdle
+            Workload::Worker
+                | Workload::WorkerLatency
+                | Workload::WorkerIdle
+                | Workload::WorkerBlocked
         )
     }
 }

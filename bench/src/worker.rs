@@ -11,6 +11,11 @@
 //!   `find_or_enqueue` that created its task to its own start.
 //! - `worker-idle`: the workers on an empty queue for `--idle-secs`; every statement the
 //!   process sends is counted (sqlx's statement log, counted by a tracing layer).
+//! - `worker-blocked`: `--blocked` keys each with a running task and a queued follow-up
+//!   (one run per key: the follow-ups are not due), then `--ops` free tasks behind them in
+//!   claim order; each `claim_many` of `--concurrency` tasks is timed until every free
+//!   task is claimed. The same free tasks alone are the baseline. Statistics are fresh
+//!   (`ANALYZE`) in both.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -20,7 +25,7 @@ use sea_orm::sqlx::{self, Row};
 use sea_orm::{
     ConnectOptions, ConnectionTrait, DatabaseConnection, DbBackend, Statement, TransactionTrait,
 };
-use task_dedup::{NewTask, TaskDedup, TaskKey, Wakeups, Worker, task_run};
+use task_dedup::{NewTask, Scope, TaskDedup, TaskKey, TaskWorker, Wakeups, Worker, task_run};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -33,6 +38,7 @@ pub async fn run(args: &Args) -> Result<(), String> {
         Workload::Worker => throughput(args).await,
         Workload::WorkerLatency => latency(args).await,
         Workload::WorkerIdle => idle(args).await,
+        Workload::WorkerBlocked => blocked(args).await,
         _ => Err("not a worker workload".into()),
     }
 }
@@ -59,11 +65,24 @@ fn dialect(db: &DatabaseConnection) -> &'static str {
 
 /// `n` tasks with keys of their own, enqueued in batches.
 async fn prefill(db: &DatabaseConnection, phase: &str, n: usize) -> Result<(), String> {
+    prefill_scoped(db, phase, n, Scope::Active).await
+}
+
+/// `n` tasks of `scope` with keys of their own, enqueued in batches.
+async fn prefill_scoped(
+    db: &DatabaseConnection,
+    phase: &str,
+    n: usize,
+    scope: Scope,
+) -> Result<(), String> {
     let keys: Vec<usize> = (0..n).collect();
     for chunk in keys.chunks(1_000) {
         let tasks = chunk
             .iter()
-            .map(|i| TaskKey::new("bench", "noop", format!("{phase}-{i}")).map(NewTask::new))
+            .map(|i| {
+                TaskKey::new("bench", "noop", format!("{phase}-{i}"))
+                    .map(|key| NewTask::new(key).scope(scope))
+            })
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| e.to_string())?;
         db.find_or_enqueue_many(tasks)
@@ -473,4 +492,71 @@ async fn count(db: &DatabaseConnection, sql: &str) -> Result<i64, String> {
         .map_err(|e| e.to_string())?
         .ok_or("no row")?;
     row.try_get("", "n").map_err(|e| e.to_string())
+}
+
+/// Head-of-line blocking: claim latency of `--ops` free tasks, alone and behind
+/// `--blocked` follow-ups of running keys.
+async fn blocked(args: &Args) -> Result<(), String> {
+    let db = open(args, false).await?;
+    let lease = Duration::from_secs(3_600);
+    for blocked in [0, args.blocked] {
+        db.execute_unprepared("DELETE FROM task_run")
+            .await
+            .map_err(|e| e.to_string())?;
+        if blocked > 0 {
+            prefill_scoped(&db, "blocked", blocked, Scope::Queued).await?;
+            let mut running = 0;
+            while running < blocked {
+                let claimed = db
+                    .claim_many("holder", &[], lease, 1_000)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                running += claimed.len();
+            }
+            // Their follow-ups: queued while the keys run.
+            prefill_scoped(&db, "blocked", blocked, Scope::Queued).await?;
+        }
+        prefill(&db, "free", args.ops).await?;
+        let analyze = match db.get_database_backend() {
+            DbBackend::MySql => "ANALYZE TABLE task_run",
+            DbBackend::Postgres => "ANALYZE task_run",
+            _ => "ANALYZE",
+        };
+        db.execute_unprepared(analyze)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut micros = Vec::new();
+        let mut claimed = 0;
+        while claimed < args.ops {
+            let started = Instant::now();
+            let batch = db
+                .claim_many("bench", &[], lease, args.concurrency)
+                .await
+                .map_err(|e| e.to_string())?;
+            micros.push(started.elapsed().as_micros() as u64);
+            if batch.is_empty() {
+                return Err(format!("{claimed} of {} free tasks claimed", args.ops));
+            }
+            if let Some(task) = batch.iter().find(|t| !t.resource_key.starts_with("free-")) {
+                return Err(format!(
+                    "a blocked follow-up was claimed: {}",
+                    task.resource_key
+                ));
+            }
+            claimed += batch.len();
+        }
+        micros.sort_unstable();
+        let at = |q: f64| micros[((micros.len() - 1) as f64 * q).round() as usize];
+        println!(
+            "{} worker-blocked blocked={blocked} free={} batch={} claims={} median_us={} p90_us={} p99_us={}",
+            dialect(&db),
+            args.ops,
+            args.concurrency,
+            micros.len(),
+            at(0.5),
+            at(0.9),
+            at(0.99)
+        );
+    }
+    Ok(())
 }

@@ -33,7 +33,11 @@ pub fn key(
 ) -> TaskKey {
     let resource = match workload {
         // The worker workloads make their own keys (worker.rs).
-        Workload::Unique | Workload::Worker | Workload::WorkerLatency | Workload::WorkerIdle => {
+        Workload::Unique
+        | Workload::Worker
+        | Workload::WorkerLatency
+        | Workload::WorkerIdle
+        | Workload::WorkerBlocked => {
             format!("{phase}-{client}-{seq}")
         }
         Workload::Dup | Workload::Churn | Workload::Replace => return hot_key(rng.below(keys)),
