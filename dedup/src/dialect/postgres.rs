@@ -58,7 +58,11 @@ macro_rules! replace_queued {
 /// One run per key: a task is due only if no task of its key runs (a probe of
 /// `task_running_resource_uidx`, whose predicate it repeats), unless it is `concurrent`.
 /// Blocked tasks are passed over in the scan, so a batch fills from unblocked keys
-/// however many wait ahead of them.
+/// however many wait ahead of them. `OFFSET 0` keeps the probe one index lookup per
+/// candidate: without it PostgreSQL turned the `EXISTS` into a hashed subplan that read
+/// the whole index per claim, dead entries of every task that ran since the last vacuum
+/// included (10,048 entries for 32 running tasks in a drain; the drain of distinct keys
+/// was 23 % slower).
 macro_rules! claim_set {
     () => {
         concat!(
@@ -74,7 +78,7 @@ macro_rules! claim_set {
              WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
              AND r.resource_key = t.resource_key AND ",
             runs_serially_sql!(),
-            ")) "
+            " OFFSET 0)) "
         )
     };
 }
