@@ -177,6 +177,10 @@ impl Batch {
                 lifecycle::end_many(&shared.db(), &shared.config.id, EndMany::Retry(&rows)).await;
             settle(shared, &retry, ended, Recorded::Retried).await;
         }
+        // The runs just recorded ended: a follow-up of their keys may be due now. The
+        // claim loop woke when the handlers returned, before this, and found it still
+        // blocked (one run per key).
+        shared.task_ended.notify_waiters();
     }
 }
 

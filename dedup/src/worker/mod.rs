@@ -163,8 +163,9 @@ struct Shared {
     counters: Counters,
     /// Running tasks per limited type.
     running: Mutex<HashMap<String, usize>>,
-    /// Rung when a task ends, after its end is recorded: a slot (or a type's slot) is
-    /// free again, and a follow-up of its key may be due.
+    /// Rung when a task's handler ends (a slot, or a type's slot, is free again) and
+    /// when the completer recorded a batch of endings (a follow-up of their keys may be
+    /// due now).
     task_ended: Notify,
     /// Fires when the shutdown grace ran out: every handler's cancellation.
     abort: CancellationToken,
