@@ -144,6 +144,9 @@ async fn enqueue_chunk(
     chunk: &mut [Item],
 ) -> Result<Vec<Outcome>, DedupError> {
     let mut outcomes: Vec<Option<Outcome>> = (0..chunk.len()).map(|_| None).collect();
+    // Rounds that ran to their end: only they can find a key's holder gone. A round lost
+    // with its connection or aborted by a deadlock is the retry driver's to count (its
+    // budget, its limit), not contention on a key.
     let mut rounds = 0;
     loop {
         let pending: Vec<usize> = (0..chunk.len())
@@ -159,8 +162,7 @@ async fn enqueue_chunk(
                 attempts: MAX_ENQUEUE_ATTEMPTS,
             }
         };
-        rounds += 1;
-        if rounds > MAX_ENQUEUE_ATTEMPTS {
+        if rounds >= MAX_ENQUEUE_ATTEMPTS {
             return Err(contention());
         }
         let after_lost_attempt = retrying.after_lost_attempt();
@@ -173,6 +175,7 @@ async fn enqueue_chunk(
             }
             Some(outcome) => outcome?,
         };
+        rounds += 1;
         for (i, outcome) in found {
             outcomes[i] = Some(outcome);
         }
