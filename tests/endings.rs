@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{Dialect, TestDb, rows};
-use sea_orm::{ConnectionTrait, DatabaseConnection, Statement, TransactionTrait};
+use sea_orm::{ConnectionTrait, DatabaseConnection, TransactionTrait};
 use task_dedup::{
     HandlerError, NewTask, RetryPolicy, Scope, TaskDedup, TaskKey, TaskStatus, TaskWorker, Worker,
     task_run,
@@ -361,7 +361,6 @@ async fn a_retry_behind_a_queued_follow_up_fails_for_good_from_a_batch(db: &Test
 
 /// The server session running the batch's UPDATE once it waits for a row lock.
 async fn blocked_batch(admin: &DatabaseConnection, db: &TestDb) -> i64 {
-    let (_, database) = db.server().expect("a server dialect");
     let sql = match db.dialect {
         Dialect::Postgres => {
             "SELECT pid::bigint AS id FROM pg_stat_activity WHERE datname = $1 \
@@ -372,25 +371,7 @@ async fn blocked_batch(admin: &DatabaseConnection, db: &TestDb) -> i64 {
              WHERE DB = ? AND INFO LIKE 'UPDATE task_run SET status = ''succeeded''%'"
         }
     };
-    let started = Instant::now();
-    loop {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "the batch never waited for the lock"
-        );
-        let rows = admin
-            .query_all_raw(Statement::from_sql_and_values(
-                db.dialect.backend(),
-                sql,
-                [database.into()],
-            ))
-            .await
-            .expect("sessions");
-        if let Some(row) = rows.first() {
-            return row.try_get("", "id").expect("id");
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    common::wait_for_session(admin, db, sql, "the batch waiting for the lock").await
 }
 
 /// A batch's connection killed while its UPDATE waits for a row lock: with the retry

@@ -507,7 +507,6 @@ async fn follow_up_of_an_expired_lease_waits_for_the_reaper(db: &TestDb) {
 
 /// Waits until a session of this test's database waits for a lock; returns its id.
 async fn wait_for_a_blocked_session(db: &TestDb, admin: &DatabaseConnection) -> i64 {
-    let (_, database) = db.server().expect("a server dialect");
     let sql = match db.dialect {
         Dialect::Postgres => {
             "SELECT pid::bigint AS id FROM pg_stat_activity \
@@ -521,25 +520,7 @@ async fn wait_for_a_blocked_session(db: &TestDb, admin: &DatabaseConnection) -> 
              AND INFO LIKE 'UPDATE task_run SET status = ''running'', attempts%'"
         }
     };
-    let started = Instant::now();
-    loop {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "the claim never waited for the index entry"
-        );
-        let rows = admin
-            .query_all_raw(Statement::from_sql_and_values(
-                db.dialect.backend(),
-                sql,
-                [database.into()],
-            ))
-            .await
-            .expect("blocked sessions");
-        if let Some(row) = rows.first() {
-            return row.try_get("", "id").expect("id");
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    common::wait_for_session(admin, db, sql, "the claim waiting for the index entry").await
 }
 
 /// A transaction starts task `x` of a key and holds its commit while a claim picks `y`

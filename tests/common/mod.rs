@@ -344,3 +344,34 @@ pub fn with_database(url: &str, database: &str) -> String {
 fn short(test: &str) -> String {
     test.chars().take(24).collect()
 }
+
+/// Polls `sql` (one parameter: this test's database name) on `admin` every 10 ms until it
+/// returns a row, and returns that row's `id`: the server session a test waits to see
+/// blocked before it acts. Fails the test, naming `what`, after 10 s.
+pub async fn wait_for_session(
+    admin: &DatabaseConnection,
+    db: &TestDb,
+    sql: &str,
+    what: &str,
+) -> i64 {
+    let (_, database) = db.server().expect("a server dialect");
+    let started = std::time::Instant::now();
+    loop {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "{what} never showed"
+        );
+        let rows = admin
+            .query_all_raw(Statement::from_sql_and_values(
+                db.dialect.backend(),
+                sql,
+                [database.into()],
+            ))
+            .await
+            .expect("sessions");
+        if let Some(row) = rows.first() {
+            return row.try_get("", "id").expect("id");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
