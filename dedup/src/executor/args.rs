@@ -203,42 +203,19 @@ pub(crate) fn endings<'a>(
         }
         #[cfg(feature = "sqlite")]
         Dialect::Sqlite => match batch {
-            EndMany::Complete(rows) => {
-                for (id, result) in rows {
-                    values.extend([Arg::Uuid(*id), Arg::Json(*result)]);
-                }
-            }
-            EndMany::Fail(rows) => {
-                for (id, error) in rows {
-                    values.extend([Arg::Uuid(*id), Arg::Str(error)]);
-                }
-            }
             EndMany::Retry(rows) => {
                 for (id, error, delay) in rows {
                     values.extend([Arg::Uuid(*id), Arg::Str(error), interval(dialect, *delay)]);
                 }
             }
+            _ => id_value_pairs(batch, &mut values),
         },
         #[cfg(feature = "mysql")]
         Dialect::MySql => {
-            match batch {
-                EndMany::Complete(rows) => {
-                    for (id, result) in rows {
-                        values.extend([Arg::Uuid(*id), Arg::Json(*result)]);
-                    }
-                }
-                EndMany::Fail(rows) => {
-                    for (id, error) in rows {
-                        values.extend([Arg::Uuid(*id), Arg::Str(error)]);
-                    }
-                }
-                EndMany::Retry(rows) => {
-                    for (id, error, _) in rows {
-                        values.extend([Arg::Uuid(*id), Arg::Str(error)]);
-                    }
-                    for (id, _, delay) in rows {
-                        values.extend([Arg::Uuid(*id), Arg::I64(*delay)]);
-                    }
+            id_value_pairs(batch, &mut values);
+            if let EndMany::Retry(rows) = batch {
+                for (id, _, delay) in rows {
+                    values.extend([Arg::Uuid(*id), Arg::I64(*delay)]);
                 }
             }
             values.extend(batch.ids().into_iter().map(Arg::Uuid));
@@ -246,6 +223,29 @@ pub(crate) fn endings<'a>(
     }
     values.push(Arg::Str(worker_id));
     values
+}
+
+/// Each task's id and its result or error, row after row (a retry's error without its
+/// delay), as SQLite's and MySQL/MariaDB's batch statements take them.
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+fn id_value_pairs<'a>(batch: EndMany<'a>, values: &mut Vec<Arg<'a>>) {
+    match batch {
+        EndMany::Complete(rows) => {
+            for (id, result) in rows {
+                values.extend([Arg::Uuid(*id), Arg::Json(*result)]);
+            }
+        }
+        EndMany::Fail(rows) => {
+            for (id, error) in rows {
+                values.extend([Arg::Uuid(*id), Arg::Str(error)]);
+            }
+        }
+        EndMany::Retry(rows) => {
+            for (id, error, _) in rows {
+                values.extend([Arg::Uuid(*id), Arg::Str(error)]);
+            }
+        }
+    }
 }
 
 impl From<Arg<'_>> for Value {

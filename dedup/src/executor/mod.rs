@@ -110,7 +110,7 @@ impl EndMany<'_> {
     }
 
     /// The status each task is left in.
-    #[cfg_attr(not(any(feature = "worker", feature = "mysql")), allow(dead_code))]
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub(crate) fn status(self) -> crate::TaskStatus {
         match self {
             EndMany::Complete(_) => crate::TaskStatus::Succeeded,
