@@ -13,6 +13,7 @@ use crate::key::TaskKey;
 use crate::retry::{MAX_ENQUEUE_ATTEMPTS, Retrying};
 use crate::task::{NewTask, OnConflict, Scope};
 use crate::task_run;
+use crate::typed::Task;
 use crate::{guard, metrics, notify};
 
 /// What [`TaskDedup::find_or_enqueue`] did.
@@ -182,6 +183,78 @@ pub trait TaskDedup: crate::connection::sealed::Sealed {
     where
         I: IntoIterator<Item = NewTask> + Send,
         I::IntoIter: Send;
+
+    /// [`find_or_enqueue`](Self::find_or_enqueue) of a typed task: the [`NewTask`] that
+    /// [`NewTask::from_task`] makes of it (its key from its fields, the value as its
+    /// payload, its type's [`options`](crate::Task::options)). Same outcomes, same
+    /// guarantee; [`Enqueued::decode`] reads the stored payload back (on a hit, the
+    /// holder's). To change a policy for one call, build the task with
+    /// [`NewTask::from_task`] and change it there.
+    ///
+    /// # Errors
+    /// As [`NewTask::from_task`] (before any SQL runs), then as
+    /// [`find_or_enqueue`](Self::find_or_enqueue).
+    ///
+    /// # Example
+    /// ```no_run
+    /// use serde::{Deserialize, Serialize};
+    /// use task_dedup::{Task, TaskDedup};
+    ///
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Reindex {
+    ///     post_id: i64,
+    /// }
+    ///
+    /// impl Task for Reindex {
+    ///     const TASK_TYPE: &'static str = "reindex";
+    ///     fn resource_key(&self) -> String {
+    ///         format!("post/{}", self.post_id)
+    ///     }
+    /// }
+    ///
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let db = task_dedup::connect("sqlite::memory:").await?;
+    /// # use task_dedup_migration::MigratorTrait;
+    /// task_dedup_migration::Migrator::up(&db, None).await?;
+    ///
+    /// let first = db.enqueue(&Reindex { post_id: 42 }).await?;
+    /// let again = db.enqueue(&Reindex { post_id: 42 }).await?;
+    /// assert!(first.is_created() && !again.is_created());
+    /// assert_eq!(again.decode::<Reindex>()?.post_id, 42);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    async fn enqueue<T: Task>(&self, task: &T) -> Result<Enqueued, DedupError> {
+        let task = NewTask::from_task(task)?;
+        self.find_or_enqueue(task).await
+    }
+
+    /// [`find_or_enqueue_many`](Self::find_or_enqueue_many) of typed tasks, each made
+    /// into its [`NewTask`] as [`enqueue`](Self::enqueue) does: one outcome per task, in
+    /// input order; a key repeated in the batch gets the first occurrence's task.
+    ///
+    /// # Errors
+    /// [`DedupError::InvalidItem`] with the index of the first task whose key or payload
+    /// is invalid, before any SQL runs; otherwise as
+    /// [`find_or_enqueue_many`](Self::find_or_enqueue_many).
+    async fn enqueue_many<'a, T, I>(&self, tasks: I) -> Result<Vec<Enqueued>, DedupError>
+    where
+        T: Task,
+        I: IntoIterator<Item = &'a T> + Send,
+        I::IntoIter: Send,
+    {
+        let tasks = tasks
+            .into_iter()
+            .enumerate()
+            .map(|(index, task)| {
+                NewTask::from_task(task).map_err(|source| DedupError::InvalidItem {
+                    index,
+                    source: Box::new(source),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        self.find_or_enqueue_many(tasks).await
+    }
 
     /// This handle, with calls that retry on a fresh connection for `budget` after
     /// their connection was lost (on a pool), instead of

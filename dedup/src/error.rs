@@ -126,6 +126,43 @@ pub enum DedupError {
         /// What is missing or wrong.
         problem: String,
     },
+    /// A [`Task`](crate::Task) value does not serialize to JSON (a map with keys that are
+    /// not strings, a failing `Serialize` impl). Raised before any SQL runs.
+    #[error("task type `{task_type}`: a {rust_type} does not serialize to JSON: {source}")]
+    Encode {
+        /// The task type.
+        task_type: &'static str,
+        /// The Rust type.
+        rust_type: &'static str,
+        /// serde_json's error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A stored task's payload does not deserialize into the [`Task`](crate::Task) type
+    /// asked for (an old shape, a hand-written payload, another type). A
+    /// [`Worker`](crate::Worker) fails such a task for good with this message.
+    #[error(
+        "task {id} of type `{task_type}`: its payload does not decode into {rust_type}: {source}"
+    )]
+    Decode {
+        /// The task.
+        id: Uuid,
+        /// The task's stored type.
+        task_type: String,
+        /// The Rust type asked for.
+        rust_type: &'static str,
+        /// serde_json's error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A [`WorkerBuilder`](crate::WorkerBuilder) was given two handlers for one task type
+    /// (two registrations, or a registration and the untyped handler's
+    /// [`task_types`](crate::WorkerBuilder::task_types)).
+    #[error("task type `{task_type}` has two handlers on this worker")]
+    DuplicateTaskType {
+        /// The task type.
+        task_type: String,
+    },
     /// Any other database error, including a pool timeout.
     #[error(transparent)]
     Database(DbErr),

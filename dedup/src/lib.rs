@@ -122,6 +122,10 @@ mod metrics;
 mod notify;
 mod retry;
 mod task;
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing;
+mod typed;
 mod validate;
 #[cfg(feature = "worker")]
 mod worker;
@@ -136,10 +140,13 @@ pub use lifecycle::{ReapReport, TaskWorker};
 pub use retry::MAX_ENQUEUE_ATTEMPTS;
 pub use task::{NewTask, OnConflict, Scope};
 pub use task_dedup_entity::{TaskStatus, task_run};
+pub use typed::{Task, TaskOptions, decode};
 pub use validate::{InvalidReason, MAX_CLAIM, MAX_END_BATCH, MAX_LEASE};
 #[cfg(feature = "worker")]
 #[cfg_attr(docsrs, doc(cfg(feature = "worker")))]
-pub use worker::{Handler, HandlerError, Wakeups, Worker, WorkerBuilder, WorkerReport};
+pub use worker::{
+    Handler, HandlerError, Job, Lease, TaskHandler, Wakeups, Worker, WorkerBuilder, WorkerReport,
+};
 
 /// task-dedup's migrations and `ensure_schema` (the crate `task-dedup-migration`), built
 /// with this crate's database features: splice `task_dedup::migration::migrations()` into

@@ -8,10 +8,13 @@ use std::time::Duration;
 use sea_orm::DatabaseConnection;
 
 use super::handler::Handler;
+use super::route::{Route, Routes, TaskHandler, TypeRoute, Typed, Untyped};
 use super::{Wakeups, Worker};
 use crate::backoff::RetryPolicy;
 use crate::connection::DEFAULT_RETRY_BUDGET;
 use crate::error::DedupError;
+use crate::task_run;
+use crate::typed::{Task, TaskOptions};
 use crate::validate::{self, InvalidArgument, InvalidReason};
 
 /// Builds a [`Worker`]: `Worker::builder(db)`, then the settings, then
@@ -37,6 +40,14 @@ pub struct WorkerBuilder {
     pub(super) end_batch: usize,
     pub(super) end_delay: Duration,
     pub(super) handler: Option<Arc<dyn Handler>>,
+    pub(super) registered: Vec<Registration>,
+}
+
+/// A type registered with [`WorkerBuilder::register`].
+pub(super) struct Registration {
+    task_type: &'static str,
+    route: Arc<dyn Route>,
+    options: TaskOptions,
 }
 
 impl fmt::Debug for WorkerBuilder {
@@ -60,6 +71,14 @@ impl fmt::Debug for WorkerBuilder {
             .field("end_batch", &self.end_batch)
             .field("end_delay", &self.end_delay)
             .field("handler", &self.handler.as_ref().map(|_| "..."))
+            .field(
+                "registered",
+                &self
+                    .registered
+                    .iter()
+                    .map(|r| r.task_type)
+                    .collect::<Vec<_>>(),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -86,6 +105,7 @@ impl WorkerBuilder {
             end_batch: 100,
             end_delay: Duration::from_millis(5),
             handler: None,
+            registered: Vec::new(),
         }
     }
 
@@ -217,10 +237,56 @@ impl WorkerBuilder {
         self
     }
 
-    /// What runs each task (required): a [`Handler`], such as an `async` closure
-    /// `|task, cancel| async move { ... }`.
+    /// What runs each task of the worker's [`task_types`](Self::task_types): a
+    /// [`Handler`], such as an `async` closure `|task, cancel| async move { ... }`, which
+    /// receives the task as stored. The escape hatch beside typed handlers
+    /// ([`register`](Self::register)); with registered types, list the types it runs in
+    /// `task_types`.
     pub fn handler(mut self, handler: impl Handler) -> WorkerBuilder {
         self.handler = Some(Arc::new(handler));
+        self
+    }
+
+    /// Runs the tasks of type `T` ([`Task::TASK_TYPE`]) with `handler`, which receives
+    /// each one's payload decoded ([`Job`](super::Job)) and returns a result stored as
+    /// the task's `result`. The worker claims only the types it has a handler for. The
+    /// type's [`options`](Task::options) give its retry policy, lease and concurrency
+    /// limit (else the worker's); [`task_type_limit`](Self::task_type_limit) overrides
+    /// the limit.
+    ///
+    /// A task whose payload does not decode into `T` fails for good, its error naming
+    /// the type and the decoding error; a result that does not serialize fails the
+    /// attempt (retried as the policy says).
+    ///
+    /// ```no_run
+    /// use serde::{Deserialize, Serialize};
+    /// use task_dedup::{HandlerError, Job, Task, TaskOptions, Worker};
+    ///
+    /// #[derive(Serialize, Deserialize)]
+    /// struct SendInvoice { invoice_id: u64 }
+    ///
+    /// impl Task for SendInvoice {
+    ///     const TASK_TYPE: &'static str = "send-invoice";
+    ///     fn resource_key(&self) -> String { format!("invoice/{}", self.invoice_id) }
+    ///     fn options() -> TaskOptions { TaskOptions::default().concurrency(2) }
+    /// }
+    ///
+    /// # async fn f(db: sea_orm::DatabaseConnection) -> Result<(), task_dedup::DedupError> {
+    /// let worker = Worker::builder(db)
+    ///     .register::<SendInvoice>(|job: Job<SendInvoice>| async move {
+    ///         println!("sending invoice {}", job.args.invoice_id);
+    ///         Ok::<_, HandlerError>(())
+    ///     })
+    ///     .build()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn register<T: Task>(mut self, handler: impl TaskHandler<T>) -> WorkerBuilder {
+        self.registered.push(Registration {
+            task_type: T::TASK_TYPE,
+            route: Arc::new(Typed::<T, _>::new(handler)),
+            options: T::options(),
+        });
         self
     }
 
@@ -236,12 +302,12 @@ impl WorkerBuilder {
     pub fn build(self) -> Result<Worker, DedupError> {
         let invalid =
             |name, expected| DedupError::from(InvalidArgument::out_of_range(name, expected));
-        let Some(handler) = self.handler.clone() else {
+        if self.handler.is_none() && self.registered.is_empty() {
             return Err(DedupError::InvalidArgument {
                 name: "handler",
                 reason: InvalidReason::Empty,
             });
-        };
+        }
         if self.concurrency == 0 {
             return Err(invalid("concurrency", "at least 1"));
         }
@@ -265,12 +331,16 @@ impl WorkerBuilder {
         }
         let types: Vec<&str> = self.task_types.iter().map(String::as_str).collect();
         validate::task_types(&types)?;
-        for (task_type, limit) in &self.limits {
+        let (routes, task_types, limits) = self.routes(heartbeat_every)?;
+        for (task_type, limit) in &limits {
             if *limit == 0 {
                 return Err(invalid("task_type_limit", "at least 1"));
             }
-            if !self.task_types.contains(task_type) {
-                return Err(invalid("task_type_limit", "a type of task_types"));
+            if !task_types.contains(task_type) {
+                return Err(invalid(
+                    "task_type_limit",
+                    "a type of task_types or a registered type",
+                ));
             }
         }
         let id = self.id.clone().unwrap_or_else(|| {
@@ -298,8 +368,8 @@ impl WorkerBuilder {
             db: self.db,
             config: Arc::new(super::Config {
                 id,
-                task_types: self.task_types,
-                limits: self.limits,
+                task_types,
+                limits,
                 concurrency: self.concurrency,
                 lease: self.lease,
                 heartbeat_every,
@@ -315,7 +385,91 @@ impl WorkerBuilder {
                 end_batch: self.end_batch,
                 end_delay: self.end_delay,
             }),
-            handler,
+            routes: Arc::new(routes),
         })
+    }
+
+    /// The routes, the types to claim and their limits: the registered types (each
+    /// once, with a valid name and options) and the untyped handler's.
+    #[allow(clippy::type_complexity)]
+    fn routes(
+        &self,
+        heartbeat_every: Duration,
+    ) -> Result<(Routes, Vec<String>, HashMap<String, usize>), DedupError> {
+        let untyped = self
+            .handler
+            .clone()
+            .map(|handler| Arc::new(Untyped(handler)) as Arc<dyn Route>);
+        if self.registered.is_empty() {
+            let routes = Routes {
+                typed: HashMap::new(),
+                untyped,
+            };
+            return Ok((routes, self.task_types.clone(), self.limits.clone()));
+        }
+        if untyped.is_some() && self.task_types.is_empty() {
+            // It cannot mean "every other type": a claim names the types it takes.
+            return Err(DedupError::InvalidArgument {
+                name: "task_types",
+                reason: InvalidReason::OutOfRange(
+                    "the untyped handler's types, listed when types are registered",
+                ),
+            });
+        }
+        if untyped.is_none() && !self.task_types.is_empty() {
+            return Err(DedupError::InvalidArgument {
+                name: "task_types",
+                reason: InvalidReason::OutOfRange(
+                    "only with an untyped handler: registered types are claimed anyway",
+                ),
+            });
+        }
+        let mut task_types = self.task_types.clone();
+        let mut limits = HashMap::new();
+        let mut typed = HashMap::new();
+        for registration in &self.registered {
+            let task_type = registration.task_type;
+            validate::text(task_type, task_run::TASK_TYPE_MAX_CHARS).map_err(|reason| {
+                DedupError::InvalidArgument {
+                    name: "register",
+                    reason,
+                }
+            })?;
+            if task_types.iter().any(|t| t == task_type) {
+                return Err(DedupError::DuplicateTaskType {
+                    task_type: task_type.to_owned(),
+                });
+            }
+            task_types.push(task_type.to_owned());
+            let options = &registration.options;
+            let retry = options.retry.unwrap_or(self.retry);
+            retry.validate()?;
+            let (lease, heartbeat_every) = match options.lease {
+                Some(lease) => {
+                    validate::lease_micros(lease)?;
+                    (lease, heartbeat_every.min(lease / 3))
+                }
+                None => (self.lease, heartbeat_every),
+            };
+            if heartbeat_every.is_zero() {
+                return Err(
+                    InvalidArgument::out_of_range("lease", "at least 3 microseconds").into(),
+                );
+            }
+            if let Some(limit) = options.concurrency {
+                limits.insert(task_type.to_owned(), limit);
+            }
+            typed.insert(
+                task_type.to_owned(),
+                TypeRoute {
+                    route: registration.route.clone(),
+                    retry,
+                    lease,
+                    heartbeat_every,
+                },
+            );
+        }
+        limits.extend(self.limits.iter().map(|(t, l)| (t.clone(), *l)));
+        Ok((Routes { typed, untyped }, task_types, limits))
     }
 }

@@ -8,6 +8,8 @@ use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::handler::HandlerError;
+use super::job::Lease;
+use super::route::RunContext;
 use super::{Shared, record};
 use crate::error::DedupError;
 use crate::lifecycle::TaskWorker;
@@ -32,13 +34,44 @@ pub(super) enum Ended {
 pub(super) async fn run_task(shared: &Arc<Shared>, task: task_run::Model) {
     let started = Instant::now();
     let (id, attempts) = (task.id, task.attempts);
+    let config = &shared.config;
+    let typed = shared.routes.typed.get(&task.task_type);
+    let (lease, heartbeat_every, retry) = match typed {
+        Some(typed) => (typed.lease, typed.heartbeat_every, typed.retry),
+        None => (config.lease, config.heartbeat_every, config.retry),
+    };
+    let lease = Lease::new(
+        shared.db.clone(),
+        config.retry_budget,
+        shared.worker_id.clone(),
+        id,
+        lease,
+        heartbeat_every,
+    );
     let cancel = shared.abort.child_token();
     let lost = Arc::new(AtomicBool::new(false));
-    let heartbeat = tokio::spawn(heartbeat(shared.clone(), id, cancel.clone(), lost.clone()));
-    let handler = shared.handler.clone();
+    let heartbeat = tokio::spawn(heartbeat(
+        shared.clone(),
+        lease.clone(),
+        cancel.clone(),
+        lost.clone(),
+    ));
+    let route = shared.routes.get(&task.task_type).cloned();
     let mut handle = tokio::spawn({
-        let cancel = cancel.clone();
-        async move { handler.handle(task, cancel).await }
+        let context = RunContext {
+            cancel: cancel.clone(),
+            lease,
+        };
+        async move {
+            match route {
+                Some(route) => route.run(task, context).await,
+                // Claims ask only for the types the worker has a route for.
+                None => Err(HandlerError::fail(format_args!(
+                    "no handler for task type `{}` on this worker",
+                    task.task_type
+                ))),
+            }
+        }
     });
     let ended = tokio::select! {
         joined = &mut handle => ended(joined),
@@ -64,7 +97,7 @@ pub(super) async fn run_task(shared: &Arc<Shared>, task: task_run::Model) {
     if matches!(ended, Ended::Lost | Ended::Aborted) {
         handle.abort();
     }
-    record::record(shared, id, attempts, ended, started).await;
+    record::record(shared, id, attempts, &retry, ended, started).await;
 }
 
 /// How the handler's task ended, as far as it returned.
@@ -78,20 +111,29 @@ fn ended(
     }
 }
 
-/// Renews the lease of task `id` every heartbeat interval while its handler runs. When
+/// Renews the task's `lease` every heartbeat interval (at once first when the claim
+/// took another lease than the task's type asks for) while its handler runs. When
 /// the task is gone from under it (cancelled, finished, or reaped and claimed by another
 /// worker), marks it lost and fires the handler's cancellation. Other errors (a lost
 /// connection) are retried at the next beat: the lease outlasts a few of them.
 async fn heartbeat(
     shared: Arc<Shared>,
-    id: uuid::Uuid,
+    lease: Lease,
     cancel: CancellationToken,
     lost: Arc<AtomicBool>,
 ) {
     let config = &shared.config;
+    let id = lease.task_id();
+    // A type whose lease differs from the worker's: the claim took the worker's.
+    let mut wait = if lease.current() == config.lease {
+        lease.heartbeat_every()
+    } else {
+        std::time::Duration::ZERO
+    };
     loop {
-        tokio::time::sleep(config.heartbeat_every).await;
-        match shared.db().heartbeat(id, &config.id, config.lease).await {
+        tokio::time::sleep(wait).await;
+        wait = lease.heartbeat_every();
+        match shared.db().heartbeat(id, &config.id, lease.current()).await {
             Ok(_) => {}
             Err(
                 err @ (DedupError::InvalidTransition { .. }

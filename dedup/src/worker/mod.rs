@@ -6,9 +6,13 @@
 
 mod builder;
 mod completer;
+#[cfg(feature = "testing")]
+pub(crate) mod drain;
 mod execute;
 mod handler;
+mod job;
 mod record;
+mod route;
 mod wake;
 
 use std::cmp::Reverse;
@@ -25,6 +29,8 @@ use tokio_util::task::{AbortOnDropHandle, TaskTracker};
 
 pub use builder::WorkerBuilder;
 pub use handler::{Handler, HandlerError};
+pub use job::{Job, Lease};
+pub use route::TaskHandler;
 pub use wake::Wakeups;
 
 use crate::backoff::RetryPolicy;
@@ -62,7 +68,7 @@ use crate::task_run;
 pub struct Worker {
     db: DatabaseConnection,
     config: Arc<Config>,
-    handler: Arc<dyn Handler>,
+    routes: Arc<route::Routes>,
 }
 
 impl fmt::Debug for Worker {
@@ -159,7 +165,9 @@ fn add(counter: &AtomicU64, n: u64) {
 struct Shared {
     db: DatabaseConnection,
     config: Arc<Config>,
-    handler: Arc<dyn Handler>,
+    routes: Arc<route::Routes>,
+    /// The worker's id, as the leases of typed tasks hold it.
+    worker_id: Arc<str>,
     counters: Counters,
     /// Running tasks per limited type.
     running: Mutex<HashMap<String, usize>>,
@@ -219,8 +227,9 @@ impl Worker {
         let (endings, queued_endings) = completer::queue(self.config.end_batch);
         let shared = Arc::new(Shared {
             db: self.db,
+            worker_id: Arc::from(self.config.id.as_str()),
             config: self.config,
-            handler: self.handler,
+            routes: self.routes,
             counters: Counters::default(),
             running: Mutex::new(HashMap::new()),
             task_ended: Notify::new(),
@@ -271,7 +280,7 @@ impl Worker {
             let retry_scheduled = shared.retry_scheduled.notified();
             tokio::pin!(retry_scheduled);
             retry_scheduled.as_mut().enable();
-            let Some(types) = claimable_types(&shared) else {
+            let Some((types, most)) = claimable_types(&shared) else {
                 // Every type this worker runs is at its limit.
                 drop(permit);
                 tokio::select! {
@@ -285,11 +294,10 @@ impl Worker {
             if let Some(bell) = bell.as_mut().as_pin_mut() {
                 bell.enable();
             }
-            // Every free slot in one claim; one at a time under per-type limits, which a
-            // batch could overshoot.
+            // Every free slot in one claim, but under per-type limits no more than the
+            // smallest room left among the limited types: a batch could be all of one.
             let mut permits = vec![permit];
-            while config.limits.is_empty()
-                && permits.len() < crate::MAX_CLAIM
+            while permits.len() < most
                 && let Ok(more) = slots.clone().try_acquire_owned()
             {
                 permits.push(more);
@@ -421,27 +429,35 @@ fn next_retry_due(shared: &Shared, now: Instant) -> Option<Instant> {
     None
 }
 
-/// The types to claim now: all of the worker's but those at their limit. `None` when
-/// every type is at its limit.
-fn claimable_types(shared: &Shared) -> Option<Vec<String>> {
+/// The types to claim now (all of the worker's but those at their limit), and how many
+/// tasks one claim may take: [`MAX_CLAIM`](crate::MAX_CLAIM), or the smallest room
+/// left among the limited types claimed. `None` when every type is at its limit.
+fn claimable_types(shared: &Shared) -> Option<(Vec<String>, usize)> {
     let config = &shared.config;
     if config.limits.is_empty() {
-        return Some(config.task_types.clone());
+        return Some((config.task_types.clone(), crate::MAX_CLAIM));
     }
     let running = shared
         .running
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut most = crate::MAX_CLAIM;
     let types: Vec<String> = config
         .task_types
         .iter()
         .filter(|t| match config.limits.get(*t) {
-            Some(limit) => running.get(*t).copied().unwrap_or(0) < *limit,
+            Some(limit) => {
+                let room = limit.saturating_sub(running.get(*t).copied().unwrap_or(0));
+                if room > 0 {
+                    most = most.min(room);
+                }
+                room > 0
+            }
             None => true,
         })
         .cloned()
         .collect();
-    (!types.is_empty()).then_some(types)
+    (!types.is_empty()).then_some((types, most))
 }
 
 /// Starts running `task` in `tasks`, holding `permit` until it ends.

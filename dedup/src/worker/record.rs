@@ -10,7 +10,7 @@ use super::completer::{End, Ending};
 use super::execute::Ended;
 use super::handler::HandlerError;
 use super::{Shared, add};
-use crate::backoff::Retry;
+use crate::backoff::{Retry, RetryPolicy};
 use crate::lifecycle::TaskWorker;
 use crate::{metrics, task_run, validate};
 
@@ -44,6 +44,7 @@ pub(super) async fn record(
     shared: &Shared,
     id: Uuid,
     attempts: i32,
+    retry: &RetryPolicy,
     ended: Ended,
     started: Instant,
 ) {
@@ -57,14 +58,14 @@ pub(super) async fn record(
             }
         },
         Ended::Returned(Err(HandlerError::Retry(message))) => {
-            retry_or_fail(shared, attempts, truncated(message))
+            retry_or_fail(retry, attempts, truncated(message))
         }
         Ended::Returned(Err(HandlerError::Fail(message))) => End::Fail(truncated(message)),
         Ended::Panicked(message) => {
             add(&shared.counters.panicked, 1);
             tracing::error!(panic = %message, "handler panicked");
             let message = truncated(format!("handler panicked: {message}"));
-            retry_or_fail(shared, attempts, message)
+            retry_or_fail(retry, attempts, message)
         }
         Ended::Lost => return counted(shared, id, Recorded::Lost, started),
         Ended::Aborted => {
@@ -105,10 +106,11 @@ pub(super) fn counted(shared: &Shared, id: Uuid, recorded: Recorded, started: In
     metrics::handled(recorded.name(), started.elapsed());
 }
 
-/// A failed attempt: back to the queue after the worker's backoff, or failed for good
+/// A failed attempt: back to the queue after the backoff of `retry` (the task type's,
+/// else the worker's), or failed for good
 /// after its last attempt. (A delay too long to store fails it for good.)
-fn retry_or_fail(shared: &Shared, attempts: i32, message: String) -> End {
-    match shared.config.retry.after_attempt(attempts) {
+fn retry_or_fail(retry: &RetryPolicy, attempts: i32, message: String) -> End {
+    match retry.after_attempt(attempts) {
         Retry::Never => End::Fail(message),
         Retry::After(delay) => match validate::micros("retry", delay) {
             Ok(delay_micros) => End::Retry {
@@ -122,7 +124,7 @@ fn retry_or_fail(shared: &Shared, attempts: i32, message: String) -> End {
 }
 
 /// `message`, cut to what the `error` column holds.
-fn truncated(message: String) -> String {
+pub(super) fn truncated(message: String) -> String {
     let limit = task_run::ERROR_MAX_CHARS;
     let clean = message.replace('\0', "\u{fffd}");
     if clean.chars().count() <= limit {

@@ -1,0 +1,107 @@
+//! Running a worker's due tasks inline, one after another, for an application's tests
+//! ([`crate::testing::drain`]).
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use super::Worker;
+use super::handler::HandlerError;
+use super::job::Lease;
+use super::record::truncated;
+use super::route::RunContext;
+use crate::backoff::Retry;
+use crate::connection::WithRetryBudget;
+use crate::error::DedupError;
+use crate::lifecycle::TaskWorker;
+use crate::task_run;
+
+/// What [`drain`](crate::testing::drain) did: each task it ran, as recorded afterwards,
+/// in the order it ran them.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct Drained {
+    /// Tasks whose handler succeeded (now `succeeded`).
+    pub completed: Vec<task_run::Model>,
+    /// Tasks whose attempt failed and that went back to the queue (now `queued`, due
+    /// after the backoff).
+    pub retried: Vec<task_run::Model>,
+    /// Tasks that failed for good (now `failed`).
+    pub failed: Vec<task_run::Model>,
+}
+
+impl Drained {
+    /// How many tasks ran.
+    pub fn len(&self) -> usize {
+        self.completed.len() + self.retried.len() + self.failed.len()
+    }
+
+    /// Whether no task was due.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Claims the due tasks of `worker`'s types one at a time and runs each with its
+/// handler in the caller's task, recording its end, until none is due.
+pub(crate) async fn drain(worker: &Worker) -> Result<Drained, DedupError> {
+    let config = &worker.config;
+    let db = WithRetryBudget::new(&worker.db, config.retry_budget);
+    let worker_id: Arc<str> = Arc::from(config.id.as_str());
+    let types: Vec<&str> = config.task_types.iter().map(String::as_str).collect();
+    let mut drained = Drained::default();
+    loop {
+        let Some(task) = db
+            .claim_many(&config.id, &types, config.lease, 1)
+            .await?
+            .into_iter()
+            .next()
+        else {
+            return Ok(drained);
+        };
+        let (id, attempts) = (task.id, task.attempts);
+        let (lease, heartbeat_every, retry) = match worker.routes.typed.get(&task.task_type) {
+            Some(typed) => (typed.lease, typed.heartbeat_every, typed.retry),
+            None => (config.lease, config.heartbeat_every, config.retry),
+        };
+        let context = RunContext {
+            cancel: CancellationToken::new(),
+            lease: Lease::new(
+                worker.db.clone(),
+                config.retry_budget,
+                worker_id.clone(),
+                id,
+                lease,
+                heartbeat_every,
+            ),
+        };
+        let returned = match worker.routes.get(&task.task_type).cloned() {
+            Some(route) => route.run(task, context).await,
+            None => Err(HandlerError::fail("no handler for this task type")),
+        };
+        match returned {
+            Ok(result) => drained
+                .completed
+                .push(db.complete(id, &config.id, result).await?),
+            Err(HandlerError::Fail(message)) => drained.failed.push(
+                db.fail(id, &config.id, &truncated(message), Retry::Never)
+                    .await?,
+            ),
+            Err(HandlerError::Retry(message)) => {
+                let task = db
+                    .fail(
+                        id,
+                        &config.id,
+                        &truncated(message),
+                        retry.after_attempt(attempts),
+                    )
+                    .await?;
+                if task.status == task_run::TaskStatus::Failed {
+                    drained.failed.push(task);
+                } else {
+                    drained.retried.push(task);
+                }
+            }
+        }
+    }
+}
