@@ -7,6 +7,9 @@
 //! - `POST /users/{user_id}/tasks` with `{"task_type", "resource_key", "payload"?}`
 //!   answers `201 Created` with the new task, or `200 OK` with the task already in
 //!   flight. The body is the task plus `"deduplicated": false` / `true`.
+//! - `POST /users/{user_id}/exports` with `{"report", "work_ms"?, "fail"?, "flaky"?}`: the
+//!   same for a typed task ([`tasks::Export`], which the `worker` example runs): its key
+//!   and policies come from the type.
 //! - `GET /tasks/{id}` answers the task, or 404.
 //! - `POST /tasks/{id}/cancel` with an optional `{"reason"}` answers the cancelled task
 //!   (again, unchanged, when it was cancelled already); 404 for an unknown id, 409 when the
@@ -23,8 +26,10 @@
 //!
 //! ```text
 //! cargo run --example http_api &
+//! curl -i -X POST localhost:3000/users/alice/exports -H 'content-type: application/json' \
+//!      -d '{"report": "2026-11", "work_ms": 2000}'
 //! curl -i -X POST localhost:3000/users/alice/tasks -H 'content-type: application/json' \
-//!      -d '{"task_type": "export", "resource_key": "report/2026-11", "payload": {"work_ms": 2000}}'
+//!      -d '{"task_type": "reindex", "resource_key": "post/7"}'
 //! curl -i localhost:3000/tasks/<id>
 //! curl -i -X POST localhost:3000/tasks/<id>/cancel -H 'content-type: application/json' \
 //!      -d '{"reason": "changed my mind"}'
@@ -50,6 +55,9 @@ use task_dedup::{
 };
 use task_dedup_migration::{MigrationTrait, MigratorTrait};
 use uuid::Uuid;
+
+#[path = "shared/tasks.rs"]
+pub mod tasks;
 
 const DEFAULT_DATABASE_URL: &str = "sqlite://http_api.db?mode=rwc";
 const DEFAULT_BIND: &str = "127.0.0.1:3000";
@@ -90,6 +98,7 @@ pub async fn setup(url: &str) -> Result<DatabaseConnection, DbErr> {
 pub fn router(db: DatabaseConnection) -> Router {
     Router::new()
         .route("/users/{user_id}/tasks", post(enqueue))
+        .route("/users/{user_id}/exports", post(enqueue_export))
         .route("/tasks/{id}", get(get_task))
         .route("/tasks/{id}/cancel", post(cancel))
         .fallback(async || ApiError::NoRoute)
@@ -126,6 +135,18 @@ pub struct EnqueueResponse {
     pub deduplicated: bool,
 }
 
+/// Body of `POST /users/{user_id}/exports`: an [`tasks::Export`] but its user.
+#[derive(Debug, Deserialize)]
+pub struct ExportRequest {
+    pub report: String,
+    #[serde(default)]
+    pub work_ms: Option<u64>,
+    #[serde(default)]
+    pub fail: bool,
+    #[serde(default)]
+    pub flaky: bool,
+}
+
 /// Body of `POST /tasks/{id}/cancel`; the body itself is optional too.
 #[derive(Debug, Deserialize)]
 pub struct CancelRequest {
@@ -150,7 +171,31 @@ async fn enqueue(
     }
 
     let outcome = with_retries(|| enqueue_in_transaction(&db, task.clone())).await?;
+    Ok(enqueued(outcome))
+}
 
+/// A typed task: its key, payload and policies come from [`tasks::Export`].
+async fn enqueue_export(
+    State(db): State<DatabaseConnection>,
+    user_id: Result<Path<String>, PathRejection>,
+    body: Result<Json<ExportRequest>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Path(user) = user_id?;
+    let Json(request) = body?;
+    let export = tasks::Export {
+        user,
+        report: request.report,
+        work_ms: request.work_ms,
+        fail: request.fail,
+        flaky: request.flaky,
+    };
+    let task = NewTask::from_task(&export)?;
+    let outcome = with_retries(|| enqueue_in_transaction(&db, task.clone())).await?;
+    Ok(enqueued(outcome))
+}
+
+/// `201 Created` with the new task, or `200 OK` with the one already in flight.
+fn enqueued(outcome: Enqueued) -> Response {
     let (status, deduplicated) = if outcome.is_created() {
         (StatusCode::CREATED, false)
     } else {
@@ -159,7 +204,7 @@ async fn enqueue(
     let task = outcome.into_task();
     let location = format!("/tasks/{}", task.id);
     let body = EnqueueResponse { task, deduplicated };
-    Ok((status, [(header::LOCATION, location)], Json(body)).into_response())
+    (status, [(header::LOCATION, location)], Json(body)).into_response()
 }
 
 async fn get_task(

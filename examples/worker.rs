@@ -5,30 +5,38 @@
 //! nothing itself. Run several to share the queue: each task goes to exactly one.
 //!
 //! Everything but the work is the library's [`Worker`]: claiming up to the concurrency,
-//! heartbeats, retries with backoff, reaping crashed workers' tasks, shutdown. The work
-//! is simulated: it takes the payload's `work_ms` (default 200 ms), fails for good when
-//! the payload says `"fail": true`, and fails retryably when it says `"flaky": true`.
+//! heartbeats, retries with backoff, reaping crashed workers' tasks, shutdown. Typed
+//! tasks ([`tasks::Export`]) go to their registered handler, which receives the payload
+//! decoded; the other types the worker runs (`WORKER_TASK_TYPES`) go to an untyped
+//! handler, which reads the JSON itself. The work is simulated: it takes `work_ms`
+//! (default 200 ms), fails for good on `fail`, and fails retryably on `flaky`.
 //! Ctrl-C stops claiming, waits up to 10 s for running tasks, then hands the rest back to
 //! the queue; a second Ctrl-C quits at once (their leases then run out and a reaper
 //! requeues them).
 //!
-//! Environment: `WORKER_TASK_TYPES` (comma-separated; default: every type),
+//! Environment: `WORKER_TASK_TYPES` (comma-separated untyped types; default `reindex`),
 //! `WORKER_CONCURRENCY` (default 4), `WORKER_LEASE_SECS` (default 30), and
 //! `WORKER_EXIT_WHEN_IDLE=1` to stop once no task is queued or running.
 //!
 //! ```text
 //! cargo run --example http_api &
+//! curl -X POST localhost:3000/users/alice/exports -H 'content-type: application/json' \
+//!      -d '{"report": "1", "work_ms": 3000}'
+//! curl -X POST localhost:3000/users/alice/exports -H 'content-type: application/json' \
+//!      -d '{"report": "2", "fail": true}'
 //! curl -X POST localhost:3000/users/alice/tasks -H 'content-type: application/json' \
-//!      -d '{"task_type": "export", "resource_key": "report/1", "payload": {"work_ms": 3000}}'
-//! curl -X POST localhost:3000/users/alice/tasks -H 'content-type: application/json' \
-//!      -d '{"task_type": "export", "resource_key": "report/2", "payload": {"fail": true}}'
+//!      -d '{"task_type": "reindex", "resource_key": "post/7", "payload": {"work_ms": 500}}'
 //! WORKER_EXIT_WHEN_IDLE=1 WORKER_LEASE_SECS=3 cargo run --example worker
 //! ```
+
+#[path = "shared/tasks.rs"]
+mod tasks;
 
 use std::time::Duration;
 
 use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter};
-use task_dedup::{CancellationToken, HandlerError, TaskStatus, Worker, task_run};
+use task_dedup::{CancellationToken, HandlerError, Job, TaskStatus, Worker, task_run};
+use tasks::Export;
 
 const DEFAULT_DATABASE_URL: &str = "sqlite://http_api.db?mode=rwc";
 /// A payload cannot keep the demo busy for longer than this.
@@ -49,7 +57,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let types: Vec<String> = env("WORKER_TASK_TYPES")
         .map(|types| types.split(',').map(|t| t.trim().to_owned()).collect())
-        .unwrap_or_default();
+        .unwrap_or_else(|| vec!["reindex".to_owned()]);
     let worker = Worker::builder(db.clone())
         .task_types(types)
         .concurrency(env("WORKER_CONCURRENCY").map_or(Ok(4), |n| n.parse())?)
@@ -57,6 +65,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             env("WORKER_LEASE_SECS").map_or(Ok(30), |n| n.parse())?,
         ))
         .shutdown_grace(Duration::from_secs(10))
+        .register::<Export>(export)
         .handler(work)
         .build()?;
 
@@ -71,25 +80,50 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// The simulated work: waits `work_ms`, or until the task is cancelled or the worker
-/// shuts down.
+/// The typed handler: the payload arrives decoded, and what it returns is stored as the
+/// task's `result`.
+async fn export(job: Job<Export>) -> Result<serde_json::Value, HandlerError> {
+    let Export {
+        work_ms,
+        fail,
+        flaky,
+        ..
+    } = job.args;
+    simulate(work_ms, fail, flaky, job.cancellation()).await
+}
+
+/// The untyped handler, for the other types: the task as stored, its payload as JSON.
 async fn work(
     task: task_run::Model,
     cancel: CancellationToken,
 ) -> Result<Option<serde_json::Value>, HandlerError> {
     let payload = task.payload.unwrap_or_default();
-    let work_ms = payload["work_ms"].as_u64().unwrap_or(200).min(MAX_WORK_MS);
+    let (fail, flaky) = (payload["fail"] == true, payload["flaky"] == true);
+    simulate(payload["work_ms"].as_u64(), fail, flaky, &cancel)
+        .await
+        .map(Some)
+}
+
+/// Waits `work_ms` (or until the task is cancelled or the worker shuts down), then fails
+/// as asked.
+async fn simulate(
+    work_ms: Option<u64>,
+    fail: bool,
+    flaky: bool,
+    cancel: &CancellationToken,
+) -> Result<serde_json::Value, HandlerError> {
+    let work_ms = work_ms.unwrap_or(200).min(MAX_WORK_MS);
     tokio::select! {
         () = tokio::time::sleep(Duration::from_millis(work_ms)) => {}
         () = cancel.cancelled() => return Err(HandlerError::retry("interrupted")),
     }
-    if payload["fail"] == true {
+    if fail {
         return Err(HandlerError::fail("the payload asked to fail"));
     }
-    if payload["flaky"] == true {
+    if flaky {
         return Err(HandlerError::retry("the payload asked to fail, retryably"));
     }
-    Ok(Some(serde_json::json!({ "worked_ms": work_ms })))
+    Ok(serde_json::json!({ "worked_ms": work_ms }))
 }
 
 /// A variable that is set and not empty.

@@ -29,6 +29,7 @@ matrix!(
     ids_unknown_or_malformed_get_a_json_4xx,
     cancel_answers_404_409_and_releases_the_key,
     failed_projection_write_rolls_back_the_enqueue,
+    typed_exports_take_key_and_policies_from_their_type,
 );
 
 const STORM: usize = 50;
@@ -473,4 +474,41 @@ async fn failed_projection_write_rolls_back_the_enqueue(db: &TestDb) {
     );
     // The task and its projection row commit together or not at all.
     assert_eq!(task_count(db).await, 0);
+}
+
+async fn typed_exports_take_key_and_policies_from_their_type(db: &TestDb) {
+    let server = start(db).await;
+    let post = |body: Value| {
+        server
+            .client
+            .post(server.url(&["users", "alice", "exports"]))
+            .json(&body)
+    };
+    let (status, created) = send(post(json!({"report": "2026-11", "work_ms": 5}))).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    assert_eq!(created["task_type"], "export");
+    assert_eq!(created["resource_key"], "report/2026-11");
+    assert_eq!(created["user_id"], "alice");
+    assert_eq!(created["scope"], "queued");
+    assert_eq!(created["payload"]["work_ms"], 5);
+    let (status, again) = send(post(json!({"report": "2026-11"}))).await;
+    assert_eq!(
+        (status, again["deduplicated"].clone()),
+        (StatusCode::OK, json!(true))
+    );
+    assert_eq!(id_of(&again), id_of(&created));
+    // The typed route refuses what does not fit the type, before any SQL.
+    assert_error(
+        send(post(json!({"report": "x".repeat(300)}))).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "resource_key",
+        "a report too long for the key",
+    );
+    assert_error(
+        send(post(json!({"report": 7}))).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "report",
+        "report of the wrong type",
+    );
+    assert_eq!(task_count(db).await, 1);
 }

@@ -293,7 +293,12 @@ impl WorkerBuilder {
     /// Checks the settings and builds the worker.
     ///
     /// # Errors
-    /// [`DedupError::InvalidArgument`] naming the setting: no handler, a concurrency or
+    /// [`DedupError::DuplicateTaskType`] for a type with two handlers (registered twice,
+    /// or registered and in the untyped handler's `task_types`).
+    /// [`DedupError::InvalidArgument`] naming the setting: no handler and no registered
+    /// type (`handler`), a registered type with an invalid name (`register`), an untyped
+    /// handler beside registered types without its `task_types`, or `task_types`
+    /// without an untyped handler beside them, a concurrency or
     /// type limit of 0, a limit on a type the worker does not run, an invalid lease, a
     /// heartbeat not shorter than the lease, an invalid retry policy, a poll interval of
     /// 0 or with `min > max`, a fallback poll of 0, an invalid worker id or task type,
