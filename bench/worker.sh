@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The worker benchmarks, on each dialect:
-#   1. throughput: --ops no-op tasks drained by the library's Worker (find-or-enqueue) and by
-#      hand-written claim/complete loops on sqlx (raw-dedup), interleaved, BENCH_REPEAT
-#      times; prints the medians and their ratio;
+#   1. throughput: --ops no-op tasks drained by the library's Worker (find-or-enqueue), by
+#      a Worker with a registered typed handler (typed) and by hand-written
+#      claim/complete loops on sqlx (raw-dedup), interleaved, BENCH_REPEAT times; prints
+#      the medians and their ratios;
 #   2. enqueue-to-start latency at an idle rate and under load, Auto wake-ups and polling;
 #   3. statements per second of idle workers, Auto wake-ups and polling;
 #   4. head-of-line blocking: claim latency of 1,000 free tasks behind BENCH_BLOCKED
@@ -58,8 +59,8 @@ for dialect in $dialects; do
   esac
   common=(--url "$url" --pool "$pool" --workers "$workers" --concurrency "$concurrency")
   if [[ " $parts " == *" throughput "* ]]; then
-    lib="" raw="" base=""
-    runs="find-or-enqueue raw-dedup"
+    lib="" raw="" base="" typed=""
+    runs="find-or-enqueue typed raw-dedup"
     if [ -n "$base_bin" ]; then runs="$runs base"; fi
     for _ in $(seq "$repeat"); do
       for strategy in $runs; do
@@ -73,6 +74,7 @@ for dialect in $dialects; do
         rate=$(cut -d' ' -f5 <<<"$line")
         case $strategy in
           find-or-enqueue) lib="$lib $rate" ;;
+          typed) typed="$typed $rate" ;;
           raw-dedup) raw="$raw $rate" ;;
           base) base="$base $rate" ;;
         esac
@@ -80,6 +82,8 @@ for dialect in $dialects; do
     done
     lib_m=$(median <<<"$lib") raw_m=$(median <<<"$raw")
     echo "$dialect throughput tasks/s: Worker $lib_m (runs:$lib), hand-written loop $raw_m (runs:$raw), ratio $(awk -v a="$lib_m" -v b="$raw_m" 'BEGIN {printf "%.2f", a / b}')" | tee -a "$results"
+    typed_m=$(median <<<"$typed")
+    echo "$dialect throughput tasks/s: typed Worker $typed_m (runs:$typed), typed / untyped Worker $(awk -v a="$typed_m" -v b="$lib_m" 'BEGIN {printf "%.2f", a / b}')" | tee -a "$results"
     if [ -n "$base_bin" ]; then
       base_m=$(median <<<"$base")
       echo "$dialect throughput tasks/s: base Worker $base_m (runs:$base), ratio to the hand-written loop $(awk -v a="$base_m" -v b="$raw_m" 'BEGIN {printf "%.2f", a / b}'), this Worker / base $(awk -v a="$lib_m" -v b="$base_m" 'BEGIN {printf "%.2f", a / b}')" | tee -a "$results"

@@ -153,6 +153,12 @@ impl Workload {
 pub enum Strategy {
     /// task-dedup's `find_or_enqueue`.
     FindOrEnqueue,
+    /// `find_or_enqueue` with the payload a typed task carries, built as JSON by hand:
+    /// the baseline of `typed`.
+    FindOrEnqueuePayload,
+    /// task-dedup's typed `enqueue` of a `Task` (key from its fields, payload
+    /// serialized); in the worker workload, a Worker with a registered typed handler.
+    Typed,
     /// A plain prepared INSERT through sqlx, no dedup at all: the write ceiling.
     RawInsert,
     /// The best hand-written SQL through sqlx: insert-or-nothing, then a SELECT on a miss.
@@ -176,7 +182,11 @@ impl Strategy {
     pub fn uses_unique_index(self) -> bool {
         matches!(
             self,
-            Strategy::FindOrEnqueue | Strategy::RawDedup | Strategy::RawOneStatement
+            Strategy::FindOrEnqueue
+                | Strategy::FindOrEnqueuePayload
+                | Strategy::Typed
+                | Strategy::RawDedup
+                | Strategy::RawOneStatement
         )
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use sea_orm::sqlx::{self, Row};
 use sea_orm::{DatabaseConnection, DbBackend};
-use task_dedup::{NewTask, OnConflict, TaskDedup, TaskKey, task_run};
+use task_dedup::{NewTask, OnConflict, Task, TaskDedup, TaskKey, task_run};
 use uuid::Uuid;
 
 use crate::args::Strategy;
@@ -254,6 +254,36 @@ macro_rules! read_then_insert {
     }};
 }
 
+/// The typed task of the `typed` strategy: the workloads' key (type `bench`) from its
+/// fields, and the fields as its payload.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct BenchTask {
+    user: String,
+    resource: String,
+}
+
+impl Task for BenchTask {
+    const TASK_TYPE: &'static str = "bench";
+
+    fn user_id(&self) -> Option<String> {
+        Some(self.user.clone())
+    }
+
+    fn resource_key(&self) -> String {
+        self.resource.clone()
+    }
+}
+
+fn counted(
+    outcome: Result<task_dedup::Enqueued, task_dedup::DedupError>,
+) -> Result<Outcome, String> {
+    match outcome {
+        Ok(outcome) if outcome.is_created() => Ok(Outcome::Created),
+        Ok(_) => Ok(Outcome::Existing),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 impl Runner {
     pub fn new(strategy: Strategy, db: DatabaseConnection) -> Runner {
         let sql = Sql::new(db.get_database_backend());
@@ -277,6 +307,24 @@ impl Runner {
                     Ok(_) => Ok(Outcome::Existing),
                     Err(e) => Err(e.to_string()),
                 };
+            }
+            (Strategy::FindOrEnqueuePayload, None) => {
+                let payload = serde_json::json!({
+                    "user": key.user_id(),
+                    "resource": key.resource_key(),
+                });
+                let outcome = self
+                    .db
+                    .find_or_enqueue(NewTask::new(key).with_payload(payload))
+                    .await;
+                return counted(outcome);
+            }
+            (Strategy::Typed, None) => {
+                let task = BenchTask {
+                    user: key.user_id().to_owned(),
+                    resource: key.resource_key().to_owned(),
+                };
+                return counted(self.db.enqueue(&task).await);
             }
             (Strategy::RawDedup, Some(n)) => self.raw_replace(&key, n).await,
             (_, Some(_)) => {

@@ -25,7 +25,10 @@ use sea_orm::sqlx::{self, Row};
 use sea_orm::{
     ConnectOptions, ConnectionTrait, DatabaseConnection, DbBackend, Statement, TransactionTrait,
 };
-use task_dedup::{NewTask, Scope, TaskDedup, TaskKey, TaskWorker, Wakeups, Worker, task_run};
+use task_dedup::{
+    HandlerError, Job, NewTask, Scope, Task, TaskDedup, TaskKey, TaskWorker, Wakeups, Worker,
+    task_run,
+};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -99,7 +102,20 @@ fn wakeups(args: &Args) -> Wakeups {
     }
 }
 
-/// Starts `--workers` library workers whose handler calls `on_task`, until `shutdown`.
+/// The prefilled tasks (type `noop`, no payload) as a typed task: a unit struct, which
+/// decodes from the missing payload (`null`).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Noop;
+
+impl Task for Noop {
+    const TASK_TYPE: &'static str = "noop";
+
+    fn resource_key(&self) -> String {
+        "noop".to_owned()
+    }
+}
+
+/// Starts `--workers` library workers (`typed`: with a registered typed handler) whose handler calls `on_task`, until `shutdown`.
 fn start_workers<F>(
     args: &Args,
     db: &DatabaseConnection,
@@ -115,16 +131,22 @@ where
     let mut running = Vec::new();
     for w in 0..args.workers {
         let on_task = on_task.clone();
-        let worker = Worker::builder(db.clone())
+        let builder = Worker::builder(db.clone())
             .id(format!("bench-{w}"))
             .concurrency(args.concurrency)
-            .wakeups(wakeups(args))
-            .handler(move |task: task_run::Model, _| {
+            .wakeups(wakeups(args));
+        let builder = if args.strategy == Strategy::Typed {
+            builder.register::<Noop>(move |job: Job<Noop>| {
+                on_task(job.task());
+                async { Ok::<_, HandlerError>(()) }
+            })
+        } else {
+            builder.handler(move |task: task_run::Model, _| {
                 on_task(&task);
                 async { Ok(None) }
             })
-            .build()
-            .map_err(|e| e.to_string())?;
+        };
+        let worker = builder.build().map_err(|e| e.to_string())?;
         running.push(tokio::spawn(worker.run(shutdown.clone())));
     }
     Ok(running)
@@ -155,9 +177,11 @@ async fn throughput(args: &Args) -> Result<(), String> {
         let started = Instant::now();
         let before = statements.as_ref().map_or(0, |s| s.load(Ordering::Relaxed));
         match args.strategy {
-            Strategy::FindOrEnqueue => drain_with_workers(args, &db, n).await?,
+            Strategy::FindOrEnqueue | Strategy::Typed => drain_with_workers(args, &db, n).await?,
             Strategy::RawDedup => drain_by_hand(args, &db).await?,
-            _ => return Err("the worker workload runs find-or-enqueue and raw-dedup".into()),
+            _ => {
+                return Err("the worker workload runs find-or-enqueue, typed and raw-dedup".into());
+            }
         }
         seconds = started.elapsed().as_secs_f64();
         sent = statements.as_ref().map_or(0, |s| s.load(Ordering::Relaxed)) - before;

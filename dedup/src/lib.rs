@@ -20,6 +20,15 @@
 //! # }).unwrap();
 //! ```
 //!
+//! # Typed tasks
+//!
+//! A serde type that implements [`Task`] names its task type, derives its key from its
+//! fields and carries its default policies ([`TaskOptions`]);
+//! [`TaskDedup::enqueue`] enqueues it (the same `find_or_enqueue` underneath) and
+//! [`WorkerBuilder::register`] runs it with a [`TaskHandler`] that receives the payload
+//! decoded in a [`Job`]. The feature `testing` adds [`testing`]: run a worker's due tasks
+//! inline, assert that a task is enqueued.
+//!
 //! # The guarantee
 //!
 //! [`find_or_enqueue`](TaskDedup::find_or_enqueue) inserts first and lets the unique
