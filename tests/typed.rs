@@ -21,6 +21,7 @@ use task_dedup::{
 
 matrix!(
     typed_round_trip_stores_and_decodes,
+    thirty_two_typed_callers_create_one_task,
     per_call_overrides_change_only_that_task,
     two_types_keep_their_own_limits_under_load,
     an_undecodable_payload_fails_for_good_at_once,
@@ -178,6 +179,32 @@ async fn typed_round_trip_stores_and_decodes(db: &TestDb) {
     assert_eq!(
         task_dedup::decode::<RenderPdf>(&done).expect("decodes"),
         task
+    );
+}
+
+async fn thirty_two_typed_callers_create_one_task(db: &TestDb) {
+    db.migrate().await;
+    const CALLERS: usize = 32;
+    let pool = db.pool(CALLERS as u32).await;
+    let barrier = Arc::new(tokio::sync::Barrier::new(CALLERS));
+    let calls = (0..CALLERS).map(|i| {
+        let (conn, barrier) = (pool.db.clone(), barrier.clone());
+        tokio::spawn(async move {
+            let task = render(77, i as u32);
+            barrier.wait().await;
+            conn.enqueue(&task).await.expect("enqueue")
+        })
+    });
+    let mut outcomes = Vec::new();
+    for call in calls.collect::<Vec<_>>() {
+        outcomes.push(call.await.expect("caller"));
+    }
+    assert_eq!(outcomes.iter().filter(|o| o.is_created()).count(), 1);
+    let id = outcomes[0].task().id;
+    assert!(outcomes.iter().all(|o| o.task().id == id));
+    assert_eq!(
+        task_run::Entity::find().count(&db.db).await.expect("count"),
+        1
     );
 }
 
