@@ -538,7 +538,7 @@ mod tests {
         all.extend([
             ("replace", Cow::Borrowed(mysql::REPLACE)),
             ("claim_any", Cow::Borrowed(mysql::CLAIM_ANY)),
-            ("claim_types", Cow::Borrowed(mysql::CLAIM_TYPES)),
+            ("claim_types", mysql::claim_types(2)),
             ("claim_update", mysql::claim_update(2)),
             ("claimed", mysql::claimed(2)),
             ("guard", Cow::Borrowed(mysql::GUARD)),
