@@ -70,9 +70,21 @@ pub(crate) const STATEMENTS: Statements = Statements {
                    updated_at = UTC_TIMESTAMP(6) \
                    WHERE id = ? AND status = 'running' AND lease_expires_at < UTC_TIMESTAMP(6)",
     // A period task keeps its window until the window is over, finished or not.
-    prune: "DELETE FROM task_run WHERE status IN ('succeeded', 'failed', 'cancelled') \
+    // The oldest first, through `task_run_finished_idx` (whose entries end in the
+    // primary key: `finished_at, id` is its order, no filesort). No subquery: MySQL
+    // cannot read the table a DELETE writes, nor take LIMIT in an `IN` subquery. No SKIP
+    // LOCKED on a DELETE either: pruners at once wait for each other's short batches.
+    prune: "DELETE FROM task_run WHERE status = ? \
             AND finished_at < UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
-            AND dedup_window_end <= UNIX_TIMESTAMP()",
+            AND dedup_window_end <= UNIX_TIMESTAMP() \
+            ORDER BY finished_at, id LIMIT ?",
+    // `INSERT IGNORE` reports 0 rows for a type already paused (an upsert's count cannot
+    // tell, CLIENT_FOUND_ROWS being set). What else it would turn into a warning cannot
+    // happen here: the name is validated and the time is the server's.
+    pause: "INSERT IGNORE INTO task_dedup_paused (task_type, paused_at) \
+            VALUES (?, UTC_TIMESTAMP(6))",
+    resume: "DELETE FROM task_dedup_paused WHERE task_type = ?",
+    paused: "SELECT task_type, paused_at FROM task_dedup_paused ORDER BY task_type",
 };
 
 /// running → succeeded: result, id, worker_id.
@@ -96,6 +108,9 @@ pub(crate) const REPLACE: &str = "UPDATE task_run SET payload = ?, run_at = ?, p
 // ([`claim_update`], [`claimed`]), in one short transaction. `task_run_claim_idx` serves
 // the order, which also keeps InnoDB from locking every row it scans.
 
+// A paused type's tasks are not due (`task_dedup_paused`, a plain read like the probe
+// below).
+//
 // One run per key: a task is due only if no task of its key runs (a probe of
 // `task_running_resource_uidx` through its generated column `running_slot`, 1 while a
 // task runs and is not `concurrent`), unless it is `concurrent` itself. Blocked tasks
@@ -110,6 +125,7 @@ macro_rules! claim_select {
     () => {
         "SELECT id, user_id, task_type, resource_key, concurrent FROM task_run t \
          WHERE status = 'queued' AND run_at <= UTC_TIMESTAMP(6) \
+         AND task_type NOT IN (SELECT task_type FROM task_dedup_paused) \
          AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
          WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
          AND r.resource_key = t.resource_key AND r.running_slot = 1)) "

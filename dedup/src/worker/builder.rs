@@ -13,6 +13,7 @@ use super::{Wakeups, Worker};
 use crate::backoff::RetryPolicy;
 use crate::connection::DEFAULT_RETRY_BUDGET;
 use crate::error::DedupError;
+use crate::retention::Retention;
 use crate::task_run;
 use crate::typed::{Task, TaskOptions};
 use crate::validate::{self, InvalidArgument, InvalidReason};
@@ -39,6 +40,7 @@ pub struct WorkerBuilder {
     pub(super) retry_budget: Duration,
     pub(super) end_batch: usize,
     pub(super) end_delay: Duration,
+    pub(super) retention: Retention,
     pub(super) handler: Option<Arc<dyn Handler>>,
     pub(super) registered: Vec<Registration>,
 }
@@ -70,6 +72,7 @@ impl fmt::Debug for WorkerBuilder {
             .field("retry_budget", &self.retry_budget)
             .field("end_batch", &self.end_batch)
             .field("end_delay", &self.end_delay)
+            .field("retention", &self.retention)
             .field("handler", &self.handler.as_ref().map(|_| "..."))
             .field(
                 "registered",
@@ -104,6 +107,7 @@ impl WorkerBuilder {
             retry_budget: DEFAULT_RETRY_BUDGET,
             end_batch: 100,
             end_delay: Duration::from_millis(5),
+            retention: Retention::default(),
             handler: None,
             registered: Vec::new(),
         }
@@ -237,6 +241,17 @@ impl WorkerBuilder {
         self
     }
 
+    /// How long finished tasks are kept: the worker prunes the others every
+    /// `retention.every` (give or take a fifth), in batches of `retention.batch_size`
+    /// rows ([`TaskWorker::prune`](crate::TaskWorker::prune)), whatever their types.
+    /// Every worker prunes; together they delete each row once. Default
+    /// [`Retention::default`]: `succeeded` and `cancelled` tasks after 24 hours, `failed`
+    /// ones after 7 days. [`Retention::off`] keeps everything.
+    pub fn retention(mut self, retention: Retention) -> WorkerBuilder {
+        self.retention = retention;
+        self
+    }
+
     /// What runs each task of the worker's [`task_types`](Self::task_types): a
     /// [`Handler`], such as an `async` closure `|task, cancel| async move { ... }`, which
     /// receives the task as stored. The escape hatch beside typed handlers
@@ -302,8 +317,9 @@ impl WorkerBuilder {
     /// type limit of 0, a limit on a type the worker does not run, an invalid lease, a
     /// heartbeat not shorter than the lease, an invalid retry policy, a poll interval of
     /// 0 or with `min > max`, a fallback poll of 0, an invalid worker id or task type,
-    /// a batch of endings of 0 or over `MAX_END_BATCH`, or a batch delay over half of
-    /// what is left of the lease after a heartbeat interval.
+    /// a batch of endings of 0 or over `MAX_END_BATCH`, a batch delay over half of
+    /// what is left of the lease after a heartbeat interval, or an invalid
+    /// [`retention`](Self::retention) (named as [`Retention::validate`] names it).
     pub fn build(self) -> Result<Worker, DedupError> {
         let invalid =
             |name, expected| DedupError::from(InvalidArgument::out_of_range(name, expected));
@@ -369,6 +385,7 @@ impl WorkerBuilder {
         if reap_every.is_zero() {
             return Err(invalid("reap_every", "more than zero"));
         }
+        self.retention.validate()?;
         Ok(Worker {
             db: self.db,
             config: Arc::new(super::Config {
@@ -389,6 +406,7 @@ impl WorkerBuilder {
                 retry_budget: self.retry_budget,
                 end_batch: self.end_batch,
                 end_delay: self.end_delay,
+                retention: self.retention,
             }),
             routes: Arc::new(routes),
         })

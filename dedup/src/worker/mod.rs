@@ -99,6 +99,7 @@ struct Config {
     retry_budget: Duration,
     end_batch: usize,
     end_delay: Duration,
+    retention: crate::Retention,
 }
 
 /// What a [`Worker`] did, returned when it stops.
@@ -124,6 +125,8 @@ pub struct WorkerReport {
     pub reaped_requeued: u64,
     /// Expired leases this worker's reaper failed for good.
     pub reaped_failed: u64,
+    /// Finished tasks this worker's pruner deleted ([`WorkerBuilder::retention`]).
+    pub pruned: u64,
 }
 
 /// The counters of a running worker, shared with its tasks.
@@ -138,6 +141,7 @@ struct Counters {
     lost: AtomicU64,
     reaped_requeued: AtomicU64,
     reaped_failed: AtomicU64,
+    pruned: AtomicU64,
 }
 
 impl Counters {
@@ -153,6 +157,7 @@ impl Counters {
             lost: get(&self.lost),
             reaped_requeued: get(&self.reaped_requeued),
             reaped_failed: get(&self.reaped_failed),
+            pruned: get(&self.pruned),
         }
     }
 }
@@ -250,6 +255,9 @@ impl Worker {
             stop_background.clone(),
         );
         background.spawn(reap(shared.clone(), stop_background.clone()));
+        if !config.retention.is_off() {
+            background.spawn(prune(shared.clone(), stop_background.clone()));
+        }
         // Not in `background`: dropped with this future (a worker that dies), it records
         // nothing more, and the reaper takes the tasks back once their leases run out.
         let stop_completer = CancellationToken::new();
@@ -507,6 +515,28 @@ async fn reap(shared: Arc<Shared>, stop: CancellationToken) {
                 add(&shared.counters.reaped_failed, report.failed);
             }
             Err(err) => tracing::warn!(error = %err, "reaping failed; trying at the next interval"),
+        }
+    }
+}
+
+/// Prunes finished tasks every `retention.every`, give or take a fifth, until `stop`.
+/// Stopped between batches (or dropped inside one), it leaves every row deleted or whole.
+async fn prune(shared: Arc<Shared>, stop: CancellationToken) {
+    let retention = shared.config.retention;
+    loop {
+        let jitter = 0.8 + 0.4 * rand::random::<f64>();
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(retention.every.mul_f64(jitter)) => {}
+        }
+        let db = shared.db();
+        let pruned = tokio::select! {
+            () = stop.cancelled() => return,
+            pruned = db.prune(&retention) => pruned,
+        };
+        match pruned {
+            Ok(report) => add(&shared.counters.pruned, report.total()),
+            Err(err) => tracing::warn!(error = %err, "pruning failed; trying at the next interval"),
         }
     }
 }
