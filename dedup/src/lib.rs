@@ -130,6 +130,8 @@ mod lifecycle;
 mod metrics;
 mod notify;
 mod retry;
+#[cfg(feature = "worker")]
+mod schedule;
 mod task;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
@@ -164,6 +166,13 @@ pub use worker::{
 #[cfg_attr(docsrs, doc(cfg(feature = "migration")))]
 pub use task_dedup_migration as migration;
 
+/// The time zones of [`Schedule::in_tz`], re-exported so that the version matches.
+#[cfg(feature = "worker")]
+#[cfg_attr(docsrs, doc(cfg(feature = "worker")))]
+pub use chrono_tz;
+#[cfg(feature = "worker")]
+#[cfg_attr(docsrs, doc(cfg(feature = "worker")))]
+pub use schedule::{MAX_CATCH_UP, Schedule, Zone};
 /// tokio-util's cancellation token, which [`Worker::run`] and [`Handler`]s take: here so
 /// that an application needs no `tokio-util` dependency of its own.
 #[cfg(feature = "worker")]

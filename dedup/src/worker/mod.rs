@@ -11,6 +11,7 @@ pub(crate) mod drain;
 mod execute;
 mod handler;
 mod job;
+mod periodic;
 mod record;
 mod route;
 mod wake;
@@ -69,6 +70,8 @@ pub struct Worker {
     db: DatabaseConnection,
     config: Arc<Config>,
     routes: Arc<route::Routes>,
+    /// The schedules of its periodic tasks.
+    periodic: Vec<Arc<periodic::Scheduled>>,
 }
 
 impl fmt::Debug for Worker {
@@ -124,6 +127,16 @@ pub struct WorkerReport {
     pub reaped_requeued: u64,
     /// Expired leases this worker's reaper failed for good.
     pub reaped_failed: u64,
+    /// Ticks of periodic tasks this worker enqueued (`Created`).
+    pub ticks_created: u64,
+    /// Ticks of periodic tasks another worker (or process) had enqueued first
+    /// (`Existing`).
+    pub ticks_existing: u64,
+    /// Enqueues of ticks that failed (each retried while its tick is the latest).
+    pub ticks_failed: u64,
+    /// Ticks passed over while the worker was behind (beyond
+    /// [`Schedule::catch_up`](crate::Schedule::catch_up)).
+    pub ticks_skipped: u64,
 }
 
 /// The counters of a running worker, shared with its tasks.
@@ -138,6 +151,7 @@ struct Counters {
     lost: AtomicU64,
     reaped_requeued: AtomicU64,
     reaped_failed: AtomicU64,
+    ticks: periodic::TickCounters,
 }
 
 impl Counters {
@@ -153,6 +167,10 @@ impl Counters {
             lost: get(&self.lost),
             reaped_requeued: get(&self.reaped_requeued),
             reaped_failed: get(&self.reaped_failed),
+            ticks_created: get(&self.ticks.created),
+            ticks_existing: get(&self.ticks.existing),
+            ticks_failed: get(&self.ticks.failed),
+            ticks_skipped: get(&self.ticks.skipped),
         }
     }
 }
@@ -259,6 +277,8 @@ impl Worker {
             stop_completer.clone(),
         )));
 
+        let schedulers = periodic::start(&shared, &self.periodic, &shutdown);
+
         let tasks = TaskTracker::new();
         let slots = Arc::new(Semaphore::new(config.concurrency));
         let mut idle = config.poll_min;
@@ -364,6 +384,12 @@ impl Worker {
         }
 
         tracing::info!(running = tasks.len(), "shutting down: no more claims");
+        for scheduler in schedulers {
+            // Each returns as soon as it sees `shutdown`.
+            if let Err(err) = scheduler.await {
+                tracing::error!(error = %err, "a periodic scheduler stopped unexpectedly");
+            }
+        }
         tasks.close();
         if tokio::time::timeout(config.shutdown_grace, tasks.wait())
             .await
