@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use common::TestDb;
-use sea_orm::DatabaseConnection;
+use common::{Dialect, TestDb};
+use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
 use serde::{Deserialize, Serialize};
 use task_dedup::task_run::{self, TaskScope, TaskStatus};
 use task_dedup::{
@@ -29,6 +29,7 @@ matrix!(
     four_processes_of_two_workers_enqueue_each_tick_once,
     a_scheduler_killed_at_a_tick_leaves_it_to_another_process,
 );
+server_matrix!(ticks_survive_their_connections_being_killed);
 
 /// The periodic task of these tests. Its key is the same for every tick: only the
 /// window pinned to the tick tells two ticks apart.
@@ -457,6 +458,76 @@ async fn a_scheduler_killed_at_a_tick_leaves_it_to_another_process(db: &TestDb) 
             "{by_tick:#?}"
         );
     }
+}
+
+/// The server sessions of this test's database, killed from an admin connection.
+async fn kill_sessions(db: &TestDb) -> usize {
+    let (admin_url, name) = db.server().expect("a server dialect");
+    let admin = task_dedup::connect(admin_url).await.expect("admin");
+    let sql = match db.dialect {
+        Dialect::Postgres => {
+            "SELECT pg_terminate_backend(pid) AS k FROM pg_stat_activity \
+             WHERE datname = $1 AND pid <> pg_backend_pid()"
+        }
+        Dialect::MySql => {
+            "SELECT ID AS k FROM information_schema.PROCESSLIST WHERE DB = ? AND ID <> CONNECTION_ID()"
+        }
+        Dialect::Sqlite => unreachable!("a server dialect"),
+    };
+    let rows = admin
+        .query_all_raw(Statement::from_sql_and_values(
+            db.dialect.backend(),
+            sql,
+            [name.into()],
+        ))
+        .await
+        .expect("sessions");
+    if db.dialect == Dialect::MySql {
+        for row in &rows {
+            let id: i64 = row.try_get("", "k").expect("id");
+            let _ = admin
+                .execute_unprepared(&format!("KILL CONNECTION {id}"))
+                .await;
+        }
+    }
+    admin.close().await.expect("close");
+    rows.len()
+}
+
+/// Every session of the database killed every 300 ms for 4 s while two workers enqueue
+/// a tick a second: the enqueues run again on fresh connections (or the next tick
+/// catches up), and every tick has its one task.
+async fn ticks_survive_their_connections_being_killed(db: &TestDb) {
+    db.migrate().await;
+    let pool = db.pool(4).await;
+    let shutdown = CancellationToken::new();
+    let mut running = Vec::new();
+    for _ in 0..2 {
+        let worker = beat_worker(pool.db.clone(), every_second().catch_up(3), |_| {})
+            .build()
+            .expect("worker");
+        running.push(tokio::spawn(worker.run(shutdown.clone())));
+    }
+    let first = Utc::now().timestamp() + 1;
+    let mut killed = 0;
+    let storm = Instant::now();
+    while storm.elapsed() < Duration::from_secs(4) {
+        killed += kill_sessions(db).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(killed > 0, "no session was killed");
+    let last = Utc::now().timestamp() + 2;
+    wait_for_ticks(&db.db, first, last, 1).await;
+    shutdown.cancel();
+    let mut reports = Vec::new();
+    for worker in running {
+        reports.push(worker.await.expect("worker task").expect("run"));
+    }
+    let by_tick = beats(&db.db).await;
+    assert_one_task_per_tick(&by_tick, 1);
+    assert_no_tick_missed(&by_tick, first, last, 1);
+    let created: u64 = reports.iter().map(|r| r.ticks_created).sum();
+    assert_eq!(created, by_tick.len() as u64, "{reports:?}");
 }
 
 // ---------------------------------------------------------------------------

@@ -84,6 +84,13 @@
 //! [`TaskWorker`] has the primitives: `claim_many`, `heartbeat`, `complete`, `fail`,
 //! `cancel`, `release`, `reap_expired`, `prune_finished`.
 //!
+//! # Periodic tasks
+//!
+//! [`WorkerBuilder::periodic`] enqueues a typed task at each tick of a [`Schedule`] (a
+//! cron expression or a fixed interval, in UTC or a named time zone). No leader: every
+//! worker that declares it enqueues each tick as a [`Scope::Period`] task whose window is
+//! the tick's, and the unique index keeps one task per tick.
+//!
 //! # Errors
 //!
 //! One error type, [`DedupError`]; invalid input is rejected before any SQL runs. A lost
@@ -99,7 +106,7 @@
 //! | `sqlite` | yes | SQLite, through sea-orm's `sqlx-sqlite` |
 //! | `postgres` | yes | PostgreSQL, through sea-orm's `sqlx-postgres` |
 //! | `mysql` | yes | MySQL/MariaDB, through sea-orm's `sqlx-mysql` |
-//! | `worker` | yes | the [`Worker`] runtime (tokio's task spawning, tokio-util) |
+//! | `worker` | yes | the [`Worker`] runtime (tokio's task spawning, tokio-util) and periodic tasks (croner, chrono-tz) |
 //! | `migration` | yes | [`migration`]: the migrations, built with the same database features |
 //! | `metrics` | no | counters and histograms through the `metrics` facade |
 //!
