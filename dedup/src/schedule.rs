@@ -551,6 +551,28 @@ mod tests {
     }
 
     #[test]
+    fn daily_every_is_local_midnight_and_rare_crons_are_found() {
+        let daily = ticks(Schedule::every(Duration::from_secs(86_400)).in_tz("Europe/Berlin"));
+        assert_eq!(
+            next(&daily, "2026-03-28T12:00:00Z", 2),
+            [
+                "2026-03-28T23:00:00+00:00", // 00:00 CET, the 29th
+                "2026-03-29T22:00:00+00:00", // 00:00 CEST, the 30th: 23 hours later
+            ]
+        );
+        // A leap day is years away at times: still a valid schedule.
+        let leap = ticks(Schedule::cron("0 0 29 2 *"));
+        assert_eq!(
+            next(&leap, "2026-12-02T10:00:00Z", 1),
+            ["2028-02-29T00:00:00+00:00"]
+        );
+        assert_eq!(
+            previous(&leap, "2026-12-02T10:00:00Z", 1),
+            ["2024-02-29T00:00:00+00:00"]
+        );
+    }
+
+    #[test]
     fn bad_schedules_name_their_expression() {
         let cases = [
             (Schedule::cron("61 * * * *"), "61 * * * *"),
