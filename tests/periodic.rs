@@ -503,7 +503,9 @@ async fn ticks_survive_their_connections_being_killed(db: &TestDb) {
     let shutdown = CancellationToken::new();
     let mut running = Vec::new();
     for _ in 0..2 {
-        let worker = beat_worker(pool.db.clone(), every_second().catch_up(3), |_| {})
+        // A catch-up beyond the retry budget (5 s): an enqueue that retried on fresh
+        // connections for that long must not leave the ticks it waited through behind.
+        let worker = beat_worker(pool.db.clone(), every_second().catch_up(10), |_| {})
             .build()
             .expect("worker");
         running.push(tokio::spawn(worker.run(shutdown.clone())));
@@ -526,8 +528,12 @@ async fn ticks_survive_their_connections_being_killed(db: &TestDb) {
     let by_tick = beats(&db.db).await;
     assert_one_task_per_tick(&by_tick, 1);
     assert_no_tick_missed(&by_tick, first, last, 1);
+    // An attempt lost with its connection that had created the task is reported
+    // `Existing` by the retry that finds it: `created` may fall short, never over.
     let created: u64 = reports.iter().map(|r| r.ticks_created).sum();
-    assert_eq!(created, by_tick.len() as u64, "{reports:?}");
+    let found: u64 = reports.iter().map(|r| r.ticks_existing).sum();
+    assert!(created <= by_tick.len() as u64, "{reports:?}");
+    assert!(created + found >= by_tick.len() as u64, "{reports:?}");
 }
 
 // ---------------------------------------------------------------------------

@@ -127,7 +127,9 @@ pub struct WorkerReport {
     pub reaped_requeued: u64,
     /// Expired leases this worker's reaper failed for good.
     pub reaped_failed: u64,
-    /// Ticks of periodic tasks this worker enqueued (`Created`).
+    /// Ticks of periodic tasks this worker enqueued (`Created`). A tick whose enqueue
+    /// lost its connection after the insert committed is counted in `ticks_existing`
+    /// (as `find_or_enqueue` reports it).
     pub ticks_created: u64,
     /// Ticks of periodic tasks another worker (or process) had enqueued first
     /// (`Existing`).
@@ -222,7 +224,8 @@ impl Worker {
         &self.config.id
     }
 
-    /// Runs until `shutdown` fires, then stops claiming, waits for running handlers up
+    /// Runs until `shutdown` fires, then stops claiming and enqueuing periodic ticks (an
+    /// enqueue under way finishes), waits for running handlers up
     /// to the shutdown grace, cancels the ones still running (each then has the cancel
     /// grace to return before it is dropped) and hands their tasks back to the queue
     /// (`release`: no lease to wait for, the attempt not counted), records the endings
