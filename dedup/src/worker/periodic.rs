@@ -16,6 +16,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
+use tracing::Instrument;
 
 use super::{Shared, add};
 use crate::enqueue::TaskDedup;
@@ -111,11 +112,14 @@ pub(super) fn start(
     scheduled
         .iter()
         .map(|scheduled| {
-            AbortOnDropHandle::new(tokio::spawn(run(
-                shared.clone(),
-                scheduled.clone(),
-                shutdown.clone(),
-            )))
+            // A child of the worker's span: its logs carry the worker's id.
+            let span = tracing::info_span!(
+                "periodic",
+                task_type = scheduled.task_type,
+                schedule = scheduled.ticks.expression()
+            );
+            let run = run(shared.clone(), scheduled.clone(), shutdown.clone());
+            AbortOnDropHandle::new(tokio::spawn(run.instrument(span)))
         })
         .collect()
 }
@@ -125,11 +129,7 @@ pub(super) fn start(
 async fn run(shared: Arc<Shared>, scheduled: Arc<Scheduled>, shutdown: CancellationToken) {
     let ticks = &scheduled.ticks;
     let started = Utc::now();
-    tracing::info!(
-        task_type = scheduled.task_type,
-        schedule = ticks.expression(),
-        "periodic task scheduled"
-    );
+    tracing::info!("periodic task scheduled");
     // What was missed before the start: the `catch_up` latest ticks, the current
     // period's included (another process may have enqueued them; the index decides).
     let mut pending = latest(ticks, started, None, ticks.catch_up() as usize);
