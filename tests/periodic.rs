@@ -18,8 +18,8 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
 use serde::{Deserialize, Serialize};
 use task_dedup::task_run::{self, TaskScope, TaskStatus};
 use task_dedup::{
-    CancellationToken, DedupError, HandlerError, Job, Schedule, Task, Worker, WorkerBuilder,
-    WorkerReport,
+    CancellationToken, DedupError, HandlerError, Job, Retention, Schedule, Task, TaskDedup, Worker,
+    WorkerBuilder, WorkerReport,
 };
 use tokio::sync::mpsc;
 
@@ -28,6 +28,7 @@ matrix!(
     catch_up_on_start_enqueues_the_latest_ticks,
     four_processes_of_two_workers_enqueue_each_tick_once,
     a_scheduler_killed_at_a_tick_leaves_it_to_another_process,
+    retention_keeps_a_tick_until_its_window_ends,
 );
 server_matrix!(ticks_survive_their_connections_being_killed);
 
@@ -223,6 +224,107 @@ async fn catch_up_on_start_enqueues_the_latest_ticks(db: &TestDb) {
         assert_eq!(report.ticks_created, ticks.len() as u64, "{report:?}");
         assert_eq!(report.ticks_skipped, 0, "{report:?}");
     }
+}
+
+/// A yearly task: its window is this year.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct NewYear {
+    year: i32,
+}
+
+impl Task for NewYear {
+    const TASK_TYPE: &'static str = "new-year";
+
+    fn resource_key(&self) -> String {
+        "greeting".to_owned()
+    }
+}
+
+/// Any other work, finished and pruned meanwhile.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Chore;
+
+impl Task for Chore {
+    const TASK_TYPE: &'static str = "chore";
+
+    fn resource_key(&self) -> String {
+        "chore".to_owned()
+    }
+}
+
+/// A worker that prunes every finished task at once (age 0, every 50 ms) and enqueues
+/// `NewYear` yearly; `made` counts its ticks.
+fn eager_pruner(db: &DatabaseConnection, made: Arc<AtomicUsize>) -> Worker {
+    Worker::builder(db.clone())
+        .poll_interval(Duration::from_millis(10), Duration::from_millis(100))
+        .batch_endings(100, Duration::ZERO)
+        .retention(Retention::all(Duration::ZERO).every(Duration::from_millis(50)))
+        .register::<NewYear>(|_job: Job<NewYear>| async { Ok::<_, HandlerError>(()) })
+        .register::<Chore>(|_job: Job<Chore>| async { Ok::<_, HandlerError>(()) })
+        .periodic(Schedule::cron("0 0 1 1 *"), move |tick| {
+            made.fetch_add(1, Ordering::SeqCst);
+            NewYear {
+                year: chrono::Datelike::year(&tick),
+            }
+        })
+        .build()
+        .expect("worker")
+}
+
+async fn retention_keeps_a_tick_until_its_window_ends(db: &TestDb) {
+    db.migrate().await;
+    let shutdown = CancellationToken::new();
+    let first =
+        tokio::spawn(eager_pruner(&db.db, Arc::new(AtomicUsize::new(0))).run(shutdown.clone()));
+    let started = Instant::now();
+    let this_year = loop {
+        let tasks = common::rows::all(&db.db).await;
+        if let Some(task) = tasks.iter().find(|t| t.status == TaskStatus::Succeeded) {
+            break task.clone();
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "{tasks:#?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // A chore finishes after this year's task and is pruned: the pruner ran since.
+    let chore = db.db.enqueue(&Chore).await.expect("enqueue").task().id;
+    loop {
+        let tasks = common::rows::all(&db.db).await;
+        if tasks.iter().all(|t| t.id != chore) {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "{tasks:#?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let tasks = common::rows::all(&db.db).await;
+    assert_eq!(
+        tasks.iter().map(|t| t.id).collect::<Vec<_>>(),
+        [this_year.id],
+        "the tick's task outlives a prune: its window is the year"
+    );
+
+    // Another worker starts and enqueues this year's tick again: it finds it.
+    let made = Arc::new(AtomicUsize::new(0));
+    let second = tokio::spawn(eager_pruner(&db.db, made.clone()).run(shutdown.clone()));
+    while made.load(Ordering::SeqCst) < 1 {
+        assert!(started.elapsed() < Duration::from_secs(20), "no tick");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    shutdown.cancel();
+    let first = first.await.expect("worker task").expect("run");
+    let second = second.await.expect("worker task").expect("run");
+    assert_eq!(
+        (first.ticks_created, first.ticks_existing),
+        (1, 0),
+        "{first:?}"
+    );
+    assert_eq!(
+        (second.ticks_created, second.ticks_existing),
+        (0, 1),
+        "{second:?}"
+    );
+    assert_eq!(first.pruned + second.pruned, 1, "the chore only");
+    let tasks = common::rows::all(&db.db).await;
+    assert_eq!(tasks.len(), 1, "{tasks:#?}");
 }
 
 // ---------------------------------------------------------------------------

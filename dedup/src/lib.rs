@@ -82,7 +82,15 @@
 //! on shutdown hands back what it could not finish. Give it a pool of its own
 //! ([`connect_with`]) so that its claims do not queue behind your requests. Under it,
 //! [`TaskWorker`] has the primitives: `claim_many`, `heartbeat`, `complete`, `fail`,
-//! `cancel`, `release`, `reap_expired`, `prune_finished`.
+//! `cancel`, `release`, `reap_expired`, `prune`; and [`TaskWorker::pause`] /
+//! [`resume`](TaskWorker::resume) stop and restart the claims of a task type in every
+//! worker.
+//!
+//! # Maintenance
+//!
+//! A worker prunes finished tasks by default ([`Retention`]: `succeeded` and `cancelled`
+//! after 24 hours, `failed` after 7 days), in bounded batches, from every worker at once
+//! without harm; a period-scoped task is kept until its window is over.
 //!
 //! # Periodic tasks
 //!
@@ -136,6 +144,8 @@ mod key;
 mod lifecycle;
 mod metrics;
 mod notify;
+mod pause;
+mod retention;
 mod retry;
 #[cfg(feature = "worker")]
 mod schedule;
@@ -155,6 +165,8 @@ pub use enqueue::{Enqueued, TaskDedup};
 pub use error::{DedupError, Transition, is_connection_lost, is_timeout, is_transaction_conflict};
 pub use key::{InvalidKey, KeyField, TaskKey};
 pub use lifecycle::{ReapReport, TaskWorker};
+pub use pause::PausedType;
+pub use retention::{MAX_PRUNE_BATCH, PruneReport, Retention};
 pub use retry::MAX_ENQUEUE_ATTEMPTS;
 pub use task::{NewTask, OnConflict, Scope};
 pub use task_dedup_entity::{TaskStatus, task_run};

@@ -10,6 +10,8 @@
 //! | `task_dedup_claimed_total` | counter | tasks claimed |
 //! | `task_dedup_finished_total{outcome}` | counter | transitions out of `running` or `queued`: `completed`, `failed`, `retried` (back to the queue with a backoff), `released`, `cancelled` |
 //! | `task_dedup_reaped_total{outcome}` | counter | expired leases: `requeued`, `failed` |
+//! | `task_dedup_pruned_total{status}` | counter | finished tasks the pruner deleted: `succeeded`, `failed`, `cancelled` |
+//! | `task_dedup_pause_changes_total{action}` | counter | task types paused or resumed (`pause`, `resume`), counted when the call changed something |
 //! | `task_dedup_lost_total` | counter | a `Worker`'s tasks taken away while they ran, or whose end it could not record |
 //! | `task_dedup_enqueue_to_start_seconds` | histogram | from `run_at` (the enqueue, unless scheduled or retried) to the claim |
 //! | `task_dedup_claim_to_finish_seconds{outcome}` | histogram | a `Worker`'s tasks, from claim to recorded end; outcomes as above, and `lost` |
@@ -47,6 +49,14 @@ mod enabled {
         metrics::counter!("task_dedup_reaped_total", "outcome" => "failed").increment(failed);
     }
 
+    pub(crate) fn pruned(status: &'static str, count: u64) {
+        metrics::counter!("task_dedup_pruned_total", "status" => status).increment(count);
+    }
+
+    pub(crate) fn pause_changed(action: &'static str) {
+        metrics::counter!("task_dedup_pause_changes_total", "action" => action).increment(1);
+    }
+
     #[cfg_attr(not(feature = "worker"), allow(dead_code))]
     pub(crate) fn periodic_ticks(task_type: &'static str, outcome: &'static str, count: u64) {
         metrics::counter!(
@@ -78,6 +88,8 @@ mod enabled {
     pub(crate) fn claimed(_: Duration) {}
     pub(crate) fn finished(_: &'static str) {}
     pub(crate) fn reaped(_: u64, _: u64) {}
+    pub(crate) fn pruned(_: &'static str, _: u64) {}
+    pub(crate) fn pause_changed(_: &'static str) {}
     #[cfg_attr(not(feature = "worker"), allow(dead_code))]
     pub(crate) fn periodic_ticks(_: &'static str, _: &'static str, _: u64) {}
     #[cfg_attr(not(feature = "worker"), allow(dead_code))]

@@ -14,6 +14,7 @@ use super::{Wakeups, Worker};
 use crate::backoff::RetryPolicy;
 use crate::connection::DEFAULT_RETRY_BUDGET;
 use crate::error::DedupError;
+use crate::retention::Retention;
 use crate::schedule::Schedule;
 use crate::task_run;
 use crate::typed::{Task, TaskOptions};
@@ -41,6 +42,7 @@ pub struct WorkerBuilder {
     pub(super) retry_budget: Duration,
     pub(super) end_batch: usize,
     pub(super) end_delay: Duration,
+    pub(super) retention: Retention,
     pub(super) handler: Option<Arc<dyn Handler>>,
     pub(super) registered: Vec<Registration>,
     pub(super) periodic: Vec<Declared>,
@@ -73,6 +75,7 @@ impl fmt::Debug for WorkerBuilder {
             .field("retry_budget", &self.retry_budget)
             .field("end_batch", &self.end_batch)
             .field("end_delay", &self.end_delay)
+            .field("retention", &self.retention)
             .field("handler", &self.handler.as_ref().map(|_| "..."))
             .field(
                 "registered",
@@ -115,6 +118,7 @@ impl WorkerBuilder {
             retry_budget: DEFAULT_RETRY_BUDGET,
             end_batch: 100,
             end_delay: Duration::from_millis(5),
+            retention: Retention::default(),
             handler: None,
             registered: Vec::new(),
             periodic: Vec::new(),
@@ -249,6 +253,17 @@ impl WorkerBuilder {
         self
     }
 
+    /// How long finished tasks are kept: the worker prunes the others every
+    /// `retention.every` (give or take a fifth), in batches of `retention.batch_size`
+    /// rows ([`TaskWorker::prune`](crate::TaskWorker::prune)), whatever their types.
+    /// Every worker prunes; together they delete each row once. Default
+    /// [`Retention::default`]: `succeeded` and `cancelled` tasks after 24 hours, `failed`
+    /// ones after 7 days. [`Retention::off`] keeps everything.
+    pub fn retention(mut self, retention: Retention) -> WorkerBuilder {
+        self.retention = retention;
+        self
+    }
+
     /// What runs each task of the worker's [`task_types`](Self::task_types): a
     /// [`Handler`], such as an `async` closure `|task, cancel| async move { ... }`, which
     /// receives the task as stored. The escape hatch beside typed handlers
@@ -370,8 +385,9 @@ impl WorkerBuilder {
     /// heartbeat not shorter than the lease, an invalid retry policy, a poll interval of
     /// 0 or with `min > max`, a fallback poll of 0, an invalid worker id or task type,
     /// a batch of endings of 0 or over `MAX_END_BATCH`, a batch delay over half of
-    /// what is left of the lease after a heartbeat interval, or a periodic task of a
-    /// type the worker does not run (`periodic`).
+    /// what is left of the lease after a heartbeat interval, an invalid
+    /// [`retention`](Self::retention) (named as [`Retention::validate`] names it), or a
+    /// periodic task of a type the worker does not run (`periodic`).
     /// [`DedupError::InvalidSchedule`] naming the expression for a schedule that is not
     /// valid ([`periodic`](Self::periodic)).
     pub fn build(self) -> Result<Worker, DedupError> {
@@ -444,6 +460,7 @@ impl WorkerBuilder {
         if reap_every.is_zero() {
             return Err(invalid("reap_every", "more than zero"));
         }
+        self.retention.validate()?;
         Ok(Worker {
             db: self.db,
             config: Arc::new(super::Config {
@@ -464,6 +481,7 @@ impl WorkerBuilder {
                 retry_budget: self.retry_budget,
                 end_batch: self.end_batch,
                 end_delay: self.end_delay,
+                retention: self.retention,
             }),
             routes: Arc::new(routes),
             periodic,

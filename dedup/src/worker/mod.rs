@@ -102,6 +102,7 @@ struct Config {
     retry_budget: Duration,
     end_batch: usize,
     end_delay: Duration,
+    retention: crate::Retention,
 }
 
 /// What a [`Worker`] did, returned when it stops.
@@ -127,6 +128,8 @@ pub struct WorkerReport {
     pub reaped_requeued: u64,
     /// Expired leases this worker's reaper failed for good.
     pub reaped_failed: u64,
+    /// Finished tasks this worker's pruner deleted ([`WorkerBuilder::retention`]).
+    pub pruned: u64,
     /// Ticks of periodic tasks this worker enqueued (`Created`). A tick whose enqueue
     /// lost its connection after the insert committed is counted in `ticks_existing`
     /// (as `find_or_enqueue` reports it).
@@ -153,6 +156,7 @@ struct Counters {
     lost: AtomicU64,
     reaped_requeued: AtomicU64,
     reaped_failed: AtomicU64,
+    pruned: AtomicU64,
     ticks: periodic::TickCounters,
 }
 
@@ -169,6 +173,7 @@ impl Counters {
             lost: get(&self.lost),
             reaped_requeued: get(&self.reaped_requeued),
             reaped_failed: get(&self.reaped_failed),
+            pruned: get(&self.pruned),
             ticks_created: get(&self.ticks.created),
             ticks_existing: get(&self.ticks.existing),
             ticks_failed: get(&self.ticks.failed),
@@ -271,6 +276,9 @@ impl Worker {
             stop_background.clone(),
         );
         background.spawn(reap(shared.clone(), stop_background.clone()));
+        if !config.retention.is_off() {
+            background.spawn(prune(shared.clone(), stop_background.clone()));
+        }
         // Not in `background`: dropped with this future (a worker that dies), it records
         // nothing more, and the reaper takes the tasks back once their leases run out.
         let stop_completer = CancellationToken::new();
@@ -536,6 +544,28 @@ async fn reap(shared: Arc<Shared>, stop: CancellationToken) {
                 add(&shared.counters.reaped_failed, report.failed);
             }
             Err(err) => tracing::warn!(error = %err, "reaping failed; trying at the next interval"),
+        }
+    }
+}
+
+/// Prunes finished tasks every `retention.every`, give or take a fifth, until `stop`.
+/// Stopped between batches (or dropped inside one), it leaves every row deleted or whole.
+async fn prune(shared: Arc<Shared>, stop: CancellationToken) {
+    let retention = shared.config.retention;
+    loop {
+        let jitter = 0.8 + 0.4 * rand::random::<f64>();
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(retention.every.mul_f64(jitter)) => {}
+        }
+        let db = shared.db();
+        let pruned = tokio::select! {
+            () = stop.cancelled() => return,
+            pruned = db.prune(&retention) => pruned,
+        };
+        match pruned {
+            Ok(report) => add(&shared.counters.pruned, report.total()),
+            Err(err) => tracing::warn!(error = %err, "pruning failed; trying at the next interval"),
         }
     }
 }
