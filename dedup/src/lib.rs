@@ -92,6 +92,13 @@
 //! after 24 hours, `failed` after 7 days), in bounded batches, from every worker at once
 //! without harm; a period-scoped task is kept until its window is over.
 //!
+//! # Periodic tasks
+//!
+//! [`WorkerBuilder::periodic`] enqueues a typed task at each tick of a [`Schedule`] (a
+//! cron expression or a fixed interval, in UTC or a named time zone). No leader: every
+//! worker that declares it enqueues each tick as a [`Scope::Period`] task whose window is
+//! the tick's, and the unique index keeps one task per tick.
+//!
 //! # Errors
 //!
 //! One error type, [`DedupError`]; invalid input is rejected before any SQL runs. A lost
@@ -107,7 +114,7 @@
 //! | `sqlite` | yes | SQLite, through sea-orm's `sqlx-sqlite` |
 //! | `postgres` | yes | PostgreSQL, through sea-orm's `sqlx-postgres` |
 //! | `mysql` | yes | MySQL/MariaDB, through sea-orm's `sqlx-mysql` |
-//! | `worker` | yes | the [`Worker`] runtime (tokio's task spawning, tokio-util) |
+//! | `worker` | yes | the [`Worker`] runtime (tokio's task spawning, tokio-util) and periodic tasks (croner, chrono-tz) |
 //! | `migration` | yes | [`migration`]: the migrations, built with the same database features |
 //! | `metrics` | no | counters and histograms through the `metrics` facade |
 //!
@@ -140,6 +147,8 @@ mod notify;
 mod pause;
 mod retention;
 mod retry;
+#[cfg(feature = "worker")]
+mod schedule;
 mod task;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
@@ -176,6 +185,13 @@ pub use worker::{
 #[cfg_attr(docsrs, doc(cfg(feature = "migration")))]
 pub use task_dedup_migration as migration;
 
+/// The time zones of [`Schedule::in_tz`], re-exported so that the version matches.
+#[cfg(feature = "worker")]
+#[cfg_attr(docsrs, doc(cfg(feature = "worker")))]
+pub use chrono_tz;
+#[cfg(feature = "worker")]
+#[cfg_attr(docsrs, doc(cfg(feature = "worker")))]
+pub use schedule::{MAX_CATCH_UP, Schedule, Zone};
 /// tokio-util's cancellation token, which [`Worker::run`] and [`Handler`]s take: here so
 /// that an application needs no `tokio-util` dependency of its own.
 #[cfg(feature = "worker")]

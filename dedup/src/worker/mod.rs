@@ -11,6 +11,7 @@ pub(crate) mod drain;
 mod execute;
 mod handler;
 mod job;
+mod periodic;
 mod record;
 mod route;
 mod wake;
@@ -69,6 +70,8 @@ pub struct Worker {
     db: DatabaseConnection,
     config: Arc<Config>,
     routes: Arc<route::Routes>,
+    /// The schedules of its periodic tasks.
+    periodic: Vec<Arc<periodic::Scheduled>>,
 }
 
 impl fmt::Debug for Worker {
@@ -127,6 +130,18 @@ pub struct WorkerReport {
     pub reaped_failed: u64,
     /// Finished tasks this worker's pruner deleted ([`WorkerBuilder::retention`]).
     pub pruned: u64,
+    /// Ticks of periodic tasks this worker enqueued (`Created`). A tick whose enqueue
+    /// lost its connection after the insert committed is counted in `ticks_existing`
+    /// (as `find_or_enqueue` reports it).
+    pub ticks_created: u64,
+    /// Ticks of periodic tasks another worker (or process) had enqueued first
+    /// (`Existing`).
+    pub ticks_existing: u64,
+    /// Enqueues of ticks that failed (each retried while its tick is the latest).
+    pub ticks_failed: u64,
+    /// Ticks passed over while the worker was behind (beyond
+    /// [`Schedule::catch_up`](crate::Schedule::catch_up)).
+    pub ticks_skipped: u64,
 }
 
 /// The counters of a running worker, shared with its tasks.
@@ -142,6 +157,7 @@ struct Counters {
     reaped_requeued: AtomicU64,
     reaped_failed: AtomicU64,
     pruned: AtomicU64,
+    ticks: periodic::TickCounters,
 }
 
 impl Counters {
@@ -158,6 +174,10 @@ impl Counters {
             reaped_requeued: get(&self.reaped_requeued),
             reaped_failed: get(&self.reaped_failed),
             pruned: get(&self.pruned),
+            ticks_created: get(&self.ticks.created),
+            ticks_existing: get(&self.ticks.existing),
+            ticks_failed: get(&self.ticks.failed),
+            ticks_skipped: get(&self.ticks.skipped),
         }
     }
 }
@@ -209,7 +229,8 @@ impl Worker {
         &self.config.id
     }
 
-    /// Runs until `shutdown` fires, then stops claiming, waits for running handlers up
+    /// Runs until `shutdown` fires, then stops claiming and enqueuing periodic ticks (an
+    /// enqueue under way finishes), waits for running handlers up
     /// to the shutdown grace, cancels the ones still running (each then has the cancel
     /// grace to return before it is dropped) and hands their tasks back to the queue
     /// (`release`: no lease to wait for, the attempt not counted), records the endings
@@ -269,6 +290,8 @@ impl Worker {
             queued_endings,
             stop_completer.clone(),
         )));
+
+        let schedulers = periodic::start(&shared, &self.periodic, &shutdown);
 
         let tasks = TaskTracker::new();
         let slots = Arc::new(Semaphore::new(config.concurrency));
@@ -375,6 +398,12 @@ impl Worker {
         }
 
         tracing::info!(running = tasks.len(), "shutting down: no more claims");
+        for scheduler in schedulers {
+            // Each returns as soon as it sees `shutdown`.
+            if let Err(err) = scheduler.await {
+                tracing::error!(error = %err, "a periodic scheduler stopped unexpectedly");
+            }
+        }
         tasks.close();
         if tokio::time::timeout(config.shutdown_grace, tasks.wait())
             .await
