@@ -269,6 +269,9 @@ impl Worker {
         wake::warn_about_a_single_connection(&shared.db, config.concurrency);
         let background = TaskTracker::new();
         let stop_background = CancellationToken::new();
+        // Dropped with this future (a worker that dies), the reaper, the pruner and the
+        // listener stop too: a dead worker's reaper went on requeueing with its policy.
+        let _stop_background_on_drop = stop_background.clone().drop_guard();
         let waker = wake::Waker::start(
             &shared.db,
             config.wakeups,
