@@ -126,8 +126,10 @@ impl Schedule {
     /// worker that fell behind (the database unreachable for longer than a tick, the
     /// process suspended) enqueues the latest `max(catch_up, 1)` of the ticks it passed.
     ///
-    /// An old tick is recognised as already enqueued only while its task is kept: keep
-    /// `catch_up` ticks within the retention of finished tasks.
+    /// Retention keeps a tick's task at least until its window (to the next tick) ends,
+    /// so the latest tick is never enqueued twice; an older tick is recognised as
+    /// already enqueued only while its task is kept: keep `catch_up` ticks within the
+    /// retention of finished tasks ([`Retention`](crate::Retention)).
     #[must_use]
     pub fn catch_up(mut self, ticks: u32) -> Schedule {
         self.catch_up = ticks;
