@@ -29,6 +29,7 @@ matrix!(
     a_new_task_starts_without_waiting_for_the_poll,
     a_task_enqueued_in_a_transaction_starts_without_waiting_for_the_poll,
     a_killed_worker_processs_tasks_are_run_by_another_worker,
+    a_bad_listen_url_is_refused_by_the_builder,
 );
 
 // Sessions to kill: the server dialects.
@@ -611,7 +612,9 @@ async fn starts_without_waiting_for_the_poll(db: &TestDb, in_transaction: bool) 
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     shutdown.cancel();
-    running.await.expect("task").expect("run");
+    let report = running.await.expect("task").expect("run");
+    // On a session of its own, the PostgreSQL listener hears its check.
+    assert_eq!(report.unheard_listener_checks, 0, "{report:?}");
 }
 
 async fn a_killed_worker_processs_tasks_are_run_by_another_worker(db: &TestDb) {
@@ -810,5 +813,34 @@ async fn the_builder_refuses_bad_settings_before_any_sql() {
     );
     assert_eq!(refused(ok().id("x".repeat(65)).build()), "worker_id");
     assert_eq!(refused(ok().task_types([""]).build()), "task_types");
+    // A listener of its own is PostgreSQL's.
+    assert_eq!(
+        refused(ok().listen_url("postgres://postgres@127.0.0.1/app").build()),
+        "listen_url"
+    );
     assert!(ok().build().is_ok());
+}
+
+/// A listener URL that is not PostgreSQL's is refused when the worker is built, naming
+/// the setting; the error does not repeat the URL (it may hold a password).
+async fn a_bad_listen_url_is_refused_by_the_builder(db: &TestDb) {
+    let ok = || Worker::builder(db.db.clone()).handler(|_: task_run::Model, _| async { Ok(None) });
+    for url in ["mysql://root:secret@127.0.0.1/app", "not a url secret"] {
+        match ok().listen_url(url).build() {
+            Err(
+                err @ DedupError::InvalidArgument {
+                    name: "listen_url", ..
+                },
+            ) => {
+                assert!(!err.to_string().contains("secret"), "{err}");
+            }
+            Err(other) => panic!("{other}"),
+            Ok(_) => panic!("built with {url}"),
+        }
+    }
+    let direct = ok().listen_url(db.url.clone()).build();
+    match db.dialect {
+        Dialect::Postgres => assert!(direct.is_ok()),
+        Dialect::Sqlite | Dialect::MySql => assert!(direct.is_err()),
+    }
 }

@@ -13,6 +13,7 @@
 //! | `task_dedup_pruned_total{status}` | counter | finished tasks the pruner deleted: `succeeded`, `failed`, `cancelled` |
 //! | `task_dedup_pause_changes_total{action}` | counter | task types paused or resumed (`pause`, `resume`), counted when the call changed something |
 //! | `task_dedup_lost_total` | counter | a `Worker`'s tasks taken away while they ran, or whose end it could not record |
+//! | `task_dedup_listener_unheard_total` | counter | a `Worker`'s checks that its PostgreSQL listener hears notifications, gone unheard (a transaction pooler between them): it polls instead |
 //! | `task_dedup_enqueue_to_start_seconds` | histogram | from `run_at` (the enqueue, unless scheduled or retried) to the claim |
 //! | `task_dedup_claim_to_finish_seconds{outcome}` | histogram | a `Worker`'s tasks, from claim to recorded end; outcomes as above, and `lost` |
 //! | `task_dedup_periodic_ticks_total{task_type, outcome}` | counter | a `Worker`'s ticks of periodic tasks: `created`, `existing` (another worker was first), `failed` (an enqueue that failed; retried), `skipped` (passed over while behind) |
@@ -75,6 +76,11 @@ mod enabled {
         metrics::histogram!("task_dedup_claim_to_finish_seconds", "outcome" => outcome)
             .record(claim_to_finish.as_secs_f64());
     }
+
+    #[cfg_attr(not(all(feature = "worker", feature = "postgres")), allow(dead_code))]
+    pub(crate) fn listener_unheard() {
+        metrics::counter!("task_dedup_listener_unheard_total").increment(1);
+    }
 }
 
 #[cfg(not(feature = "metrics"))]
@@ -94,6 +100,8 @@ mod enabled {
     pub(crate) fn periodic_ticks(_: &'static str, _: &'static str, _: u64) {}
     #[cfg_attr(not(feature = "worker"), allow(dead_code))]
     pub(crate) fn handled(_: &'static str, _: Duration) {}
+    #[cfg_attr(not(all(feature = "worker", feature = "postgres")), allow(dead_code))]
+    pub(crate) fn listener_unheard() {}
 }
 
 pub(crate) use enabled::*;

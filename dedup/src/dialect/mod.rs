@@ -483,7 +483,7 @@ mod tests {
     }
 
     /// The order statements are pinned in: what each dialect lacks is skipped.
-    const ORDER: [&str; 25] = [
+    const ORDER: [&str; 26] = [
         "insert",
         "insert_or_find",
         "replace",
@@ -508,6 +508,7 @@ mod tests {
         "resume",
         "paused",
         "notify",
+        "probe",
         "guard",
     ];
 
@@ -531,6 +532,7 @@ mod tests {
     fn postgres_statements_are_pinned() {
         let mut all = render_returning(&postgres::STATEMENTS, &postgres::RETURNING);
         all.push(("notify", Cow::Borrowed(postgres::NOTIFY)));
+        all.push(("probe", Cow::Borrowed(postgres::PROBE)));
         all.push(("guard", Cow::Borrowed(postgres::GUARD)));
         insta::assert_snapshot!(render(all));
     }

@@ -247,6 +247,21 @@ pub(crate) const CHANNEL: &str = channel!();
 /// interval; see `crate::notify`).
 pub(crate) const NOTIFY: &str = concat!("SELECT pg_notify('", channel!(), "', '')");
 
+/// A worker's check that its listener's connection is a session of its own, from the
+/// worker's pool: notifies `$2` on the listener's own probe channel `$1` if the
+/// listener's server process (`$3`) has been idle for a while, as a session waiting for
+/// notifications is. Behind a transaction pooler that process serves other clients
+/// too: busy (this very statement, when the pooler lends it here) or busy a moment
+/// ago, it is not notified, and so no other client of the pooler, which could borrow
+/// it at any moment, receives a notification it did not ask for (its driver would
+/// fail on it). Idle long enough, the pooler drops the notification, and the listener
+/// does not hear it. Rows the role may not see have no state: notified then.
+#[cfg_attr(not(feature = "worker"), allow(dead_code))]
+pub(crate) const PROBE: &str = "SELECT pg_notify($1, $2) FROM pg_stat_activity \
+    WHERE pid = $3 \
+    AND (state = 'idle' AND state_change < clock_timestamp() - interval '100 milliseconds' \
+    OR state IS NULL)";
+
 /// Checks the guarantee without writing: planning an insert with the conflict target of
 /// `insert` fails (42P10) unless a unique index matches it, predicate included. PostgreSQL
 /// infers the arbiter index from the catalog when it plans, so this is exact; EXPLAIN

@@ -706,6 +706,21 @@ impl<'c> Executor<'c> {
             .await
             .map(drop)
     }
+
+    /// Notifies `payload` on a worker's probe `channel` if its listener's server
+    /// process `pid` is idle (see [`PROBE`](crate::dialect::postgres::PROBE)); whether
+    /// it did.
+    #[cfg(all(feature = "postgres", feature = "worker"))]
+    pub(crate) async fn probe(
+        &mut self,
+        channel: &str,
+        payload: &str,
+        pid: i64,
+    ) -> Result<bool, Failure> {
+        let args = vec![Arg::Str(channel), Arg::Str(payload), Arg::I64(pid)];
+        let notified = self.affected(crate::dialect::postgres::PROBE, args).await?;
+        Ok(notified > 0)
+    }
 }
 
 /// Maps a row of [`columns!`](crate::dialect) to the model.

@@ -36,6 +36,7 @@ pub struct WorkerBuilder {
     pub(super) shutdown_grace: Duration,
     pub(super) cancel_grace: Duration,
     pub(super) wakeups: Wakeups,
+    pub(super) listen_url: Option<ListenUrl>,
     pub(super) poll_min: Duration,
     pub(super) poll_max: Duration,
     pub(super) fallback_poll: Duration,
@@ -69,6 +70,7 @@ impl fmt::Debug for WorkerBuilder {
             .field("shutdown_grace", &self.shutdown_grace)
             .field("cancel_grace", &self.cancel_grace)
             .field("wakeups", &self.wakeups)
+            .field("listen_url", &self.listen_url)
             .field("poll_min", &self.poll_min)
             .field("poll_max", &self.poll_max)
             .field("fallback_poll", &self.fallback_poll)
@@ -112,6 +114,7 @@ impl WorkerBuilder {
             shutdown_grace: Duration::from_secs(30),
             cancel_grace: Duration::from_secs(5),
             wakeups: Wakeups::Auto,
+            listen_url: None,
             poll_min: Duration::from_millis(50),
             poll_max: Duration::from_secs(2),
             fallback_poll: Duration::from_secs(5),
@@ -203,6 +206,18 @@ impl WorkerBuilder {
     /// How the worker learns of new tasks. Default [`Wakeups::Auto`].
     pub fn wakeups(mut self, wakeups: Wakeups) -> WorkerBuilder {
         self.wakeups = wakeups;
+        self
+    }
+
+    /// PostgreSQL: the URL the wake-up listener connects to, on a connection of its
+    /// own, instead of taking one from the worker's pool. For a pool through a
+    /// transaction pooler (PgBouncer in `pool_mode = transaction`, RDS Proxy, ...),
+    /// where LISTEN does not hold: give the listener a direct URL (or one through a
+    /// session-mode pooler), and the claims, heartbeats and endings still go through
+    /// the pool. Without it, such a worker finds its listener deaf and polls
+    /// ([`Wakeups::Auto`]). Unused with [`Wakeups::Poll`].
+    pub fn listen_url(mut self, url: impl Into<String>) -> WorkerBuilder {
+        self.listen_url = Some(ListenUrl(url.into()));
         self
     }
 
@@ -383,8 +398,9 @@ impl WorkerBuilder {
     /// without an untyped handler beside them, a concurrency or
     /// type limit of 0, a limit on a type the worker does not run, an invalid lease, a
     /// heartbeat not shorter than the lease, an invalid retry policy, a poll interval of
-    /// 0 or with `min > max`, a fallback poll of 0, an invalid worker id or task type,
-    /// a batch of endings of 0 or over `MAX_END_BATCH`, a batch delay over half of
+    /// 0 or with `min > max`, a fallback poll of 0, a `listen_url` that is not a
+    /// PostgreSQL URL or on a worker of another database, an invalid worker id or task
+    /// type, a batch of endings of 0 or over `MAX_END_BATCH`, a batch delay over half of
     /// what is left of the lease after a heartbeat interval, an invalid
     /// [`retention`](Self::retention) (named as [`Retention::validate`] names it), or a
     /// periodic task of a type the worker does not run (`periodic`).
@@ -419,6 +435,9 @@ impl WorkerBuilder {
         }
         if self.fallback_poll.is_zero() {
             return Err(invalid("fallback_poll", "more than zero"));
+        }
+        if let Some(url) = &self.listen_url {
+            url.validate(&self.db)?;
         }
         let types: Vec<&str> = self.task_types.iter().map(String::as_str).collect();
         validate::task_types(&types)?;
@@ -475,6 +494,7 @@ impl WorkerBuilder {
                 shutdown_grace: self.shutdown_grace,
                 cancel_grace: self.cancel_grace,
                 wakeups: self.wakeups,
+                listen_url: self.listen_url.clone(),
                 poll_min: self.poll_min,
                 poll_max: self.poll_max,
                 fallback_poll: self.fallback_poll,
@@ -570,5 +590,41 @@ impl WorkerBuilder {
         }
         limits.extend(self.limits.iter().map(|(t, l)| (t.clone(), *l)));
         Ok((Routes { typed, untyped }, task_types, limits))
+    }
+}
+
+/// The listener's URL: kept out of `Debug`, since it may hold a password.
+#[derive(Clone)]
+pub(super) struct ListenUrl(pub(super) String);
+
+impl fmt::Debug for ListenUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ListenUrl(..)")
+    }
+}
+
+impl ListenUrl {
+    /// Refuses a URL that is not PostgreSQL's, or a worker whose pool is not.
+    fn validate(&self, db: &DatabaseConnection) -> Result<(), DedupError> {
+        let refused =
+            |expected| DedupError::from(InvalidArgument::out_of_range("listen_url", expected));
+        if sea_orm::ConnectionTrait::get_database_backend(db) != sea_orm::DbBackend::Postgres {
+            return Err(refused("only for a worker on PostgreSQL"));
+        }
+        let postgres = ["postgres://", "postgresql://"];
+        #[cfg(feature = "postgres")]
+        let parses = self
+            .0
+            .parse::<sea_orm::sqlx::postgres::PgConnectOptions>()
+            .is_ok();
+        #[cfg(not(feature = "postgres"))]
+        let parses = false;
+        // sqlx parses any scheme as PostgreSQL's: the scheme is checked here.
+        if !postgres.iter().any(|scheme| self.0.starts_with(scheme)) || !parses {
+            return Err(refused(
+                "a PostgreSQL URL (postgres://user@host:port/database)",
+            ));
+        }
+        Ok(())
     }
 }

@@ -96,6 +96,7 @@ struct Config {
     shutdown_grace: Duration,
     cancel_grace: Duration,
     wakeups: Wakeups,
+    listen_url: Option<builder::ListenUrl>,
     poll_min: Duration,
     poll_max: Duration,
     fallback_poll: Duration,
@@ -142,6 +143,9 @@ pub struct WorkerReport {
     /// Ticks passed over while the worker was behind (beyond
     /// [`Schedule::catch_up`](crate::Schedule::catch_up)).
     pub ticks_skipped: u64,
+    /// Checks of the PostgreSQL listener that went unheard (see [`Wakeups::Auto`]): not
+    /// zero when it ran behind a transaction pooler and polled instead.
+    pub unheard_listener_checks: u64,
 }
 
 /// The counters of a running worker, shared with its tasks.
@@ -178,6 +182,7 @@ impl Counters {
             ticks_existing: get(&self.ticks.existing),
             ticks_failed: get(&self.ticks.failed),
             ticks_skipped: get(&self.ticks.skipped),
+            unheard_listener_checks: 0,
         }
     }
 }
@@ -275,6 +280,7 @@ impl Worker {
         let waker = wake::Waker::start(
             &shared.db,
             config.wakeups,
+            config.listen_url.as_ref().map(|url| url.0.as_str()),
             &background,
             stop_background.clone(),
         );
@@ -423,7 +429,10 @@ impl Worker {
         stop_background.cancel();
         background.close();
         background.wait().await;
-        let report = shared.counters.report();
+        let report = WorkerReport {
+            unheard_listener_checks: waker.unheard.load(Ordering::Relaxed),
+            ..shared.counters.report()
+        };
         tracing::info!(?report, "worker stopped");
         Ok(report)
     }

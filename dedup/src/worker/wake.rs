@@ -3,7 +3,7 @@
 //! [`crate::notify`].
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use sea_orm::DatabaseConnection;
 use tokio::sync::Notify;
@@ -22,7 +22,16 @@ pub enum Wakeups {
     ///   writes a task that is due now (created, replaced, released, requeued). The
     ///   worker polls only every [`fallback_poll`](super::WorkerBuilder::fallback_poll),
     ///   for what a notification cannot announce: a scheduled task or a retry becoming
-    ///   due, a task written by other means.
+    ///   due, a task written by other means. The listener runs on a connection of its
+    ///   own (from the worker's pool, or
+    ///   [`listen_url`](super::WorkerBuilder::listen_url)), and checks first, and then
+    ///   every minute, that it hears a notification the worker sends through its pool.
+    ///   Unheard (behind a transaction pooler such as PgBouncer in transaction mode,
+    ///   the LISTEN lands on a server connection that goes back to the pool), the
+    ///   worker says so once in the log, counts it
+    ///   ([`WorkerReport::unheard_listener_checks`](super::WorkerReport), the metric
+    ///   `task_dedup_listener_unheard_total`), stops listening and polls adaptively as
+    ///   on MySQL.
     /// - SQLite (a file): a doorbell rung in this process when a task is written through
     ///   a pool of the same file, and a change watcher that sees every commit to the
     ///   file, from any connection or process, the caller's transactions included
@@ -44,6 +53,8 @@ pub(super) struct Waker {
     /// watcher, while their connections are up), so that the worker polls only at the
     /// fallback interval.
     pub hears_every_write: Arc<AtomicBool>,
+    /// The checks of the PostgreSQL listener that went unheard.
+    pub unheard: Arc<AtomicU64>,
 }
 
 impl Waker {
@@ -58,32 +69,44 @@ pub(super) const SQLITE_WATCH_EVERY: std::time::Duration = std::time::Duration::
 
 impl Waker {
     /// Starts listening where `wakeups` and the database allow. A PostgreSQL listener
-    /// runs on its own connection in `tracker` until `stop`.
+    /// runs on its own connection (from the pool, or to `listen_url`) in `tracker`
+    /// until `stop`.
     pub(super) fn start(
         db: &DatabaseConnection,
         wakeups: Wakeups,
+        listen_url: Option<&str>,
         tracker: &TaskTracker,
         stop: CancellationToken,
     ) -> Waker {
         let hears_every_write = Arc::new(AtomicBool::new(false));
+        let unheard = Arc::new(AtomicU64::new(0));
         let polling = Waker {
             bell: None,
             hears_every_write: hears_every_write.clone(),
+            unheard: unheard.clone(),
         };
         if wakeups == Wakeups::Poll {
             return polling;
         }
-        let _ = (tracker, &stop);
+        let _ = (tracker, &stop, listen_url);
         #[allow(unreachable_patterns)]
         match Pool::of(db) {
             #[cfg(feature = "postgres")]
             Some(Pool::Postgres(pool)) => {
                 let bell = Arc::new(Notify::new());
-                let listening = hears_every_write.clone();
-                tracker.spawn(listen(pool.clone(), bell.clone(), listening, stop));
+                let listener = postgres::Listener {
+                    pool: pool.clone(),
+                    url: listen_url.map(str::to_owned),
+                    db: db.clone(),
+                    bell: bell.clone(),
+                    listening: hears_every_write.clone(),
+                    unheard: unheard.clone(),
+                };
+                tracker.spawn(listener.run(stop));
                 Waker {
                     bell: Some(bell),
                     hears_every_write,
+                    unheard,
                 }
             }
             #[cfg(feature = "sqlite")]
@@ -98,6 +121,7 @@ impl Waker {
                 Waker {
                     bell: Some(bell),
                     hears_every_write,
+                    unheard,
                 }
             }
             _ => polling,
@@ -187,45 +211,5 @@ async fn watch_sqlite(
     }
 }
 
-/// Listens on the wake-up channel and rings `bell` for each notification, until `stop`.
-/// Rings too after listening again on a new connection (what was notified meanwhile is
-/// lost); when that fails, tries again a second later, the worker's poll covering the
-/// gap.
 #[cfg(feature = "postgres")]
-async fn listen(
-    pool: sea_orm::sqlx::PgPool,
-    bell: Arc<Notify>,
-    listening: Arc<AtomicBool>,
-    stop: CancellationToken,
-) {
-    use sea_orm::sqlx::postgres::PgListener;
-    loop {
-        let listener = async {
-            let mut listener = PgListener::connect_with(&pool).await?;
-            listener.listen(crate::dialect::postgres::CHANNEL).await?;
-            listening.store(true, Ordering::Relaxed);
-            bell.notify_waiters();
-            loop {
-                // `None`: the connection was lost and is listening again; what was
-                // notified meanwhile is lost, so ring anyway.
-                let _notification = listener.try_recv().await?;
-                bell.notify_waiters();
-            }
-            #[allow(unreachable_code)]
-            Ok::<(), sea_orm::sqlx::Error>(())
-        };
-        tokio::select! {
-            () = stop.cancelled() => return,
-            outcome = listener => {
-                listening.store(false, Ordering::Relaxed);
-                if let Err(err) = outcome {
-                    tracing::warn!(error = %err, "wake-up listener failed; listening again in 1 s (polling meanwhile)");
-                }
-            }
-        }
-        tokio::select! {
-            () = stop.cancelled() => return,
-            () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
-        }
-    }
-}
+mod postgres;
