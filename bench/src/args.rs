@@ -51,6 +51,11 @@ pub struct Args {
     /// Worker workloads: how the workers learn of new tasks.
     #[arg(long, value_enum, default_value_t = WakeupMode::Auto)]
     pub wakeups: WakeupMode,
+    /// Worker workloads, PostgreSQL: the workers' wake-up listener connects here, on a
+    /// connection of its own (`WorkerBuilder::listen_url`: a direct URL when `--url` goes
+    /// through a transaction pooler), instead of taking one from the pool.
+    #[arg(long)]
+    pub listen_url: Option<String>,
     /// `worker-latency`: tasks enqueued per second, over `--clients` callers.
     #[arg(long, default_value_t = 2.0)]
     pub rate: f64,

@@ -153,6 +153,10 @@ where
             .id(format!("bench-{w}"))
             .concurrency(args.concurrency)
             .wakeups(wakeups(args));
+        let builder = match &args.listen_url {
+            Some(url) => builder.listen_url(url.clone()),
+            None => builder,
+        };
         let builder = if args.strategy == Strategy::Typed {
             builder.register::<Noop>(move |job: Job<Noop>| {
                 on_task(job.task());
@@ -470,10 +474,11 @@ async fn latency(args: &Args) -> Result<(), String> {
     latencies.sort_unstable();
     let at = |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
     println!(
-        "{} worker-latency {n} rate={} wakeups={} in_transaction={} hog={} own_pool={} p50_us={} p99_us={} max_us={}",
+        "{} worker-latency {n} rate={} wakeups={} listen_url={} in_transaction={} hog={} own_pool={} p50_us={} p99_us={} max_us={}",
         dialect(&db),
         args.rate,
         name(&args.wakeups),
+        args.listen_url.is_some(),
         args.in_transaction,
         args.hog,
         args.own_pool,
