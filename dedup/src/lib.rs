@@ -115,6 +115,7 @@ compile_error!(
      (with `default-features = false`, add the ones your application connects to)"
 );
 
+mod admin;
 mod backoff;
 mod bulk;
 mod connect;
@@ -139,6 +140,10 @@ mod validate;
 #[cfg(feature = "worker")]
 mod worker;
 
+pub use admin::{
+    BulkOutcome, Cursor, DEFAULT_PAGE_SIZE, ListTasks, MAX_ADMIN_BATCH, MinuteCounts, OldestQueued,
+    Order, Page, StatusCount, TaskAdmin, TaskFilter, Throughput,
+};
 pub use backoff::{Retry, RetryPolicy};
 pub use connect::{DEFAULT_MAX_CONNECTIONS, SQLITE_BUSY_TIMEOUT, connect, connect_with};
 pub use connection::{DEFAULT_RETRY_BUDGET, DedupConnection, WithRetryBudget};

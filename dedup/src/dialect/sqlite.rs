@@ -12,7 +12,7 @@ use sea_orm::sqlx::error::DatabaseError;
 use sea_orm::sqlx::sqlite::SqliteError;
 use task_dedup_entity::{occupies_key_sql, runs_serially_sql};
 
-use super::{Bulk, Endings, Guarded, Kind, Returning, Statements, repeat, squeeze};
+use super::{Admin, Bulk, Endings, Guarded, Kind, Returning, Statements, repeat, squeeze};
 
 /// running → succeeded, up to `RETURNING`.
 macro_rules! complete {
@@ -346,6 +346,46 @@ pub(crate) fn seconds_modifier(micros: i64) -> String {
     let abs = micros.unsigned_abs();
     format!("{sign}{}.{:06} seconds", abs / 1_000_000, abs % 1_000_000)
 }
+
+/// The admin API's statements (`crate::admin`; lists are built in `dialect::admin`).
+/// Minutes come from `strftime('%s', ...)`, which reads the stored RFC 3339 text.
+pub(crate) const ADMIN: Admin = Admin {
+    now: "SELECT strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') AS now",
+    retry: concat!(
+        "UPDATE task_run SET status = 'queued', attempts = 0, lease_owner = NULL, \
+         lease_expires_at = NULL, finished_at = NULL, \
+         run_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
+         updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
+         WHERE id = ? AND status IN ('failed', 'cancelled') RETURNING ",
+        columns!()
+    ),
+    delete: "DELETE FROM task_run WHERE id = ? AND status IN ('succeeded', 'failed', 'cancelled')",
+    counts: "SELECT task_type, status, COUNT(*) AS n FROM task_run \
+             GROUP BY task_type, status ORDER BY task_type, status",
+    throughput: "SELECT 'created' AS what, CAST(strftime('%s', created_at) AS INTEGER) / 60 AS minute, \
+                 COUNT(*) AS n FROM task_run WHERE created_at >= ? GROUP BY 2 \
+                 UNION ALL SELECT status, CAST(strftime('%s', finished_at) AS INTEGER) / 60, \
+                 COUNT(*) FROM task_run \
+                 WHERE finished_at >= ? AND status IN ('succeeded', 'failed') GROUP BY 1, 2",
+    oldest_queued: "SELECT task_type, MIN(created_at) AS oldest FROM task_run \
+                    WHERE status = 'queued' GROUP BY task_type ORDER BY task_type",
+    cancel_many: |rows| {
+        Cow::Owned(format!(
+            "UPDATE task_run SET status = 'cancelled', error = ?, lease_expires_at = NULL, \
+             finished_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
+             updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
+             WHERE id IN ({ids}) AND status IN ('queued', 'running')",
+            ids = repeat("?", rows)
+        ))
+    },
+    delete_many: |rows| {
+        Cow::Owned(format!(
+            "DELETE FROM task_run WHERE id IN ({ids}) \
+             AND status IN ('succeeded', 'failed', 'cancelled')",
+            ids = repeat("?", rows)
+        ))
+    },
+};
 
 #[cfg(test)]
 mod tests {
