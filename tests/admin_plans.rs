@@ -107,6 +107,34 @@ async fn lists_by_status_and_type_read_an_index(db: &TestDb) {
                     );
                 }
             }
+            // The overview: the oldest queued task per type and the throughput read
+            // their indexes; the counts read every row (shown, not asserted).
+            let oldest = pinned(db.dialect, "oldest_queued");
+            // Still under `force_generic_plan`: the statements take no parameters, so the
+            // plan is the same either way.
+            for (name, sql, must_use) in [
+                (
+                    "oldest queued per type",
+                    oldest,
+                    Some("task_run_type_status_created_idx"),
+                ),
+                (
+                    "throughput",
+                    pinned(db.dialect, "throughput"),
+                    Some("task_run_created_idx"),
+                ),
+                ("counts", pinned(db.dialect, "counts"), None),
+            ] {
+                let plan = postgres_plan(&txn, &sql).await;
+                println!("PostgreSQL, 1,000,000 tasks, {name}:\n{plan}\n");
+                if let Some(index) = must_use {
+                    assert!(
+                        !plan.contains("Seq Scan") && !plan.contains("Bitmap"),
+                        "{plan}"
+                    );
+                    assert!(plan.contains(index), "{plan}");
+                }
+            }
             txn.rollback().await.expect("rollback");
         }
         Dialect::MySql => {

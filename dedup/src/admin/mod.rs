@@ -252,10 +252,10 @@ impl<C: DedupConnection> TaskAdmin for C {
     async fn throughput(&self) -> Result<Throughput, DedupError> {
         let (first, rows) = retried!(self, "throughput", |exec| {
             let now = exec.now().await?;
-            // The current minute and the 59 before it.
+            // The current minute and the 59 before it (the statement's own window, unless
+            // a minute began between the two statements: see below).
             let first = now.timestamp().div_euclid(60) - 59;
-            let since = minute_start(first)?;
-            Ok((first, exec.throughput(since).await?))
+            Ok((first, exec.throughput().await?))
         })?;
         let mut minutes = (first..first + 60)
             .map(|minute| {
@@ -272,7 +272,8 @@ impl<C: DedupConnection> TaskAdmin for C {
                 .ok()
                 .and_then(|index| minutes.get_mut(index))
             else {
-                // Written after the clock was read: the next call counts it.
+                // A minute the clock read before began after it (or the other way
+                // round): outside this hour, the next call counts it.
                 continue;
             };
             let n = u64::try_from(n).unwrap_or_default();

@@ -22,9 +22,9 @@ pub(crate) struct Admin {
     pub delete: &'static str,
     /// The number of tasks per type and status: `task_type`, `status`, `n`.
     pub counts: &'static str,
-    /// Tasks created, succeeded and failed per minute since a time: `what` (`created`,
-    /// `succeeded`, `failed`), `minute` (minutes since the Unix epoch), `n`. The start
-    /// (PostgreSQL: once; the others: for each of the two arms).
+    /// Tasks created, succeeded and failed per minute over the current minute and the 59
+    /// before it, by the database's clock: `what` (`created`, `succeeded`, `failed`),
+    /// `minute` (minutes since the Unix epoch), `n`. No parameters.
     pub throughput: &'static str,
     /// The oldest queued task of each type: `task_type`, `oldest`. No parameters.
     pub oldest_queued: &'static str,

@@ -362,11 +362,16 @@ pub(crate) const ADMIN: Admin = Admin {
     delete: "DELETE FROM task_run WHERE id = ? AND status IN ('succeeded', 'failed', 'cancelled')",
     counts: "SELECT task_type, status, COUNT(*) AS n FROM task_run \
              GROUP BY task_type, status ORDER BY task_type, status",
+    // The window's start from the clock (the minute 59 minutes ago), compared as text
+    // with the stored RFC 3339 values.
     throughput: "SELECT 'created' AS what, CAST(strftime('%s', created_at) AS INTEGER) / 60 AS minute, \
-                 COUNT(*) AS n FROM task_run WHERE created_at >= ? GROUP BY 2 \
+                 COUNT(*) AS n FROM task_run \
+                 WHERE created_at >= strftime('%Y-%m-%dT%H:%M:00+00:00', 'now', '-59 minutes') \
+                 GROUP BY 2 \
                  UNION ALL SELECT status, CAST(strftime('%s', finished_at) AS INTEGER) / 60, \
                  COUNT(*) FROM task_run \
-                 WHERE finished_at >= ? AND status IN ('succeeded', 'failed') GROUP BY 1, 2",
+                 WHERE finished_at >= strftime('%Y-%m-%dT%H:%M:00+00:00', 'now', '-59 minutes') \
+                 AND status IN ('succeeded', 'failed') GROUP BY 1, 2",
     oldest_queued: "SELECT task_type, MIN(created_at) AS oldest FROM task_run \
                     WHERE status = 'queued' GROUP BY task_type ORDER BY task_type",
     cancel_many: |rows| {

@@ -128,19 +128,10 @@ impl Executor<'_> {
             .collect::<Result<_, sea_orm::DbErr>>()?)
     }
 
-    /// Tasks created, succeeded and failed per minute since `since`: (what, minute since
-    /// the epoch, count).
-    pub(crate) async fn throughput(
-        &mut self,
-        since: Time,
-    ) -> Result<Vec<(String, i64, i64)>, Failure> {
-        let values = match self.dialect {
-            #[cfg(feature = "postgres")]
-            Dialect::Postgres => vec![Arg::Time(since)],
-            #[allow(unreachable_patterns)]
-            _ => vec![Arg::Time(since), Arg::Time(since)],
-        };
-        let rows = self.rows(self.dialect.admin().throughput, values).await?;
+    /// Tasks created, succeeded and failed per minute over the last hour: (what, minute
+    /// since the epoch, count).
+    pub(crate) async fn throughput(&mut self) -> Result<Vec<(String, i64, i64)>, Failure> {
+        let rows = self.rows(self.dialect.admin().throughput, vec![]).await?;
         Ok(rows
             .iter()
             .map(|row| {
