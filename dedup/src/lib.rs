@@ -84,6 +84,16 @@
 //! [`TaskWorker`] has the primitives: `claim_many`, `heartbeat`, `complete`, `fail`,
 //! `cancel`, `release`, `reap_expired`, `prune_finished`.
 //!
+//! # Seeing and steering the queue
+//!
+//! [`TaskAdmin`], on the same handles: [`list_tasks`](TaskAdmin::list_tasks) with a
+//! [`TaskFilter`] (statuses, type, user, key prefix, creation time) in keyset pages
+//! ([`Cursor`]), [`counts`](TaskAdmin::counts), [`throughput`](TaskAdmin::throughput),
+//! [`oldest_queued`](TaskAdmin::oldest_queued); [`retry_task`](TaskAdmin::retry_task)
+//! (the unique index decides: a task whose key another task holds is left as it is and
+//! [`DedupError::KeyHeld`] names the holder), `cancel_task`, `delete_task`, and the same
+//! in bulk by filter with a limit ([`BulkOutcome`]).
+//!
 //! # Errors
 //!
 //! One error type, [`DedupError`]; invalid input is rejected before any SQL runs. A lost
