@@ -27,6 +27,7 @@ matrix!(
     retry_requeues_a_failed_or_cancelled_task,
     retry_with_a_held_key_returns_the_holder_and_creates_nothing,
     concurrent_retries_of_one_task_retry_it_once,
+    concurrent_retries_of_one_keys_tasks_leave_one_active,
     cancel_and_delete_rules,
     bulk_actions_respect_filter_status_and_limit,
     bulk_retry_counts_held_keys,
@@ -478,6 +479,55 @@ async fn concurrent_retries_of_one_task_retry_it_once(db: &TestDb) {
     }
     assert_eq!((retried, refused), (1, callers - 1));
     assert_eq!(rows::all(&db.db).await.len(), 1);
+}
+
+/// Sixteen failed tasks of one key, each retried by its own caller at once: the unique
+/// index lets exactly one back in the queue; every other caller is told which task holds
+/// the key, and that is the one retried. Never two active tasks of the key.
+async fn concurrent_retries_of_one_keys_tasks_leave_one_active(db: &TestDb) {
+    db.migrate().await;
+    let callers = 16;
+    let mut ids = Vec::new();
+    for i in 0..callers {
+        let id = rows::insert(
+            &db.db,
+            ("u", "t", "r"),
+            TaskStatus::Failed,
+            at(i64::from(i)),
+        )
+        .await
+        .expect("seed");
+        ids.push(id);
+    }
+    let pool = Arc::new(db.pool(callers).await);
+    let start = Arc::new(Barrier::new(callers as usize));
+    let mut handles = Vec::new();
+    for id in ids {
+        let (pool, start) = (pool.clone(), start.clone());
+        handles.push(tokio::spawn(async move {
+            start.wait().await;
+            pool.db.retry_task(id).await
+        }));
+    }
+    let mut retried = Vec::new();
+    let mut holders = Vec::new();
+    for handle in handles {
+        match handle.await.expect("caller") {
+            Ok(task) => retried.push(task.id),
+            Err(DedupError::KeyHeld { holder, .. }) => holders.push(holder.id),
+            Err(other) => panic!("{other}"),
+        }
+    }
+    assert_eq!(retried.len(), 1, "{retried:?}");
+    assert_eq!(holders.len(), callers as usize - 1);
+    assert!(holders.iter().all(|h| *h == retried[0]), "{holders:?}");
+    let active: Vec<Uuid> = rows::all(&db.db)
+        .await
+        .into_iter()
+        .filter(|t| t.status.is_active())
+        .map(|t| t.id)
+        .collect();
+    assert_eq!(active, retried);
 }
 
 async fn cancel_and_delete_rules(db: &TestDb) {
