@@ -10,6 +10,8 @@
 //! decoded; the other types the worker runs (`WORKER_TASK_TYPES`) go to an untyped
 //! handler, which reads the JSON itself. The work is simulated: it takes `work_ms`
 //! (default 200 ms), fails for good on `fail`, and fails retryably on `flaky`.
+//! Once a minute a periodic task ([`QueueReport`]) logs the size of the queue: one per
+//! minute however many workers run, with no leader among them.
 //! Ctrl-C stops claiming, waits up to 10 s for running tasks, then hands the rest back to
 //! the queue; a second Ctrl-C quits at once (their leases then run out and a reaper
 //! requeues them).
@@ -34,8 +36,11 @@ mod tasks;
 
 use std::time::Duration;
 
-use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter};
-use task_dedup::{CancellationToken, HandlerError, Job, TaskStatus, Worker, task_run};
+use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, PaginatorTrait, QueryFilter};
+use serde::{Deserialize, Serialize};
+use task_dedup::{
+    CancellationToken, HandlerError, Job, Schedule, Task, TaskStatus, Worker, task_run,
+};
 use tasks::Export;
 
 const DEFAULT_DATABASE_URL: &str = "sqlite://http_api.db?mode=rwc";
@@ -66,6 +71,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         ))
         .shutdown_grace(Duration::from_secs(10))
         .register::<Export>(export)
+        .register::<QueueReport>({
+            let db = db.clone();
+            move |job: Job<QueueReport>| queue_report(db.clone(), job)
+        })
+        // Every worker declares it; the database keeps one task per minute.
+        .periodic(Schedule::cron("* * * * *"), |tick| QueueReport {
+            minute: tick.to_rfc3339(),
+        })
         .handler(work)
         .build()?;
 
@@ -90,6 +103,34 @@ async fn export(job: Job<Export>) -> Result<serde_json::Value, HandlerError> {
         ..
     } = job.args;
     simulate(work_ms, fail, flaky, job.cancellation()).await
+}
+
+/// The periodic task: the minute it stands for.
+#[derive(Debug, Serialize, Deserialize)]
+struct QueueReport {
+    minute: String,
+}
+
+impl Task for QueueReport {
+    const TASK_TYPE: &'static str = "queue-report";
+
+    fn resource_key(&self) -> String {
+        "queue".to_owned()
+    }
+}
+
+/// Logs how many tasks are queued, and stores it as the report's result.
+async fn queue_report(
+    db: DatabaseConnection,
+    job: Job<QueueReport>,
+) -> Result<serde_json::Value, HandlerError> {
+    let queued = task_run::Entity::find()
+        .filter(task_run::Column::Status.eq(TaskStatus::Queued))
+        .count(&db)
+        .await
+        .map_err(|err| HandlerError::retry(err.to_string()))?;
+    tracing::info!(minute = %job.args.minute, queued, "queue report");
+    Ok(serde_json::json!({ "queued": queued }))
 }
 
 /// The untyped handler, for the other types: the task as stored, its payload as JSON.

@@ -10,12 +10,15 @@ use common::TestDb;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use sea_orm::{DatabaseConnection, EntityTrait};
 use task_dedup::{
-    HandlerError, NewTask, OnConflict, RetryPolicy, TaskDedup, TaskKey, TaskStatus, TaskWorker,
-    Worker, task_run,
+    HandlerError, Job, NewTask, OnConflict, RetryPolicy, Schedule, Task, TaskDedup, TaskKey,
+    TaskStatus, TaskWorker, Worker, task_run,
 };
 use tokio_util::sync::CancellationToken;
 
-matrix!(a_known_run_is_counted);
+matrix!(
+    a_known_run_is_counted,
+    periodic_ticks_are_counted_per_outcome
+);
 
 /// The process's recorder: metrics are global, so the dialects take turns.
 fn recorder() -> &'static Snapshotter {
@@ -183,4 +186,71 @@ async fn a_known_run_is_counted(db: &TestDb) {
     .map(|(name, n)| (name.to_owned(), n))
     .collect();
     assert_eq!(recorded(), expected);
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct NewYear {
+    year: i32,
+}
+
+impl Task for NewYear {
+    const TASK_TYPE: &'static str = "new-year";
+
+    fn resource_key(&self) -> String {
+        "greeting".to_owned()
+    }
+}
+
+async fn periodic_ticks_are_counted_per_outcome(db: &TestDb) {
+    let _turn = TURN.lock().await;
+    db.migrate().await;
+    recorded();
+
+    // Two workers start on a yearly schedule: each enqueues this year's tick (the
+    // latest past), one creates it, the other finds it.
+    let made = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let shutdown = CancellationToken::new();
+    let mut running = Vec::new();
+    for _ in 0..2 {
+        let made = made.clone();
+        let worker = Worker::builder(db.db.clone())
+            .register::<NewYear>(|_job: Job<NewYear>| async { Ok::<_, HandlerError>(()) })
+            .periodic(Schedule::cron("0 0 1 1 *"), move |tick| {
+                made.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                NewYear {
+                    year: chrono::Datelike::year(&tick),
+                }
+            })
+            .build()
+            .expect("worker");
+        running.push(tokio::spawn(worker.run(shutdown.clone())));
+    }
+    let started = Instant::now();
+    while made.load(std::sync::atomic::Ordering::SeqCst) < 2 {
+        assert!(started.elapsed() < Duration::from_secs(20), "no ticks");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // A shutdown lets an enqueue in flight finish.
+    shutdown.cancel();
+    for worker in running {
+        worker.await.expect("worker task").expect("worker");
+    }
+    let periodic: BTreeMap<String, u64> = recorded()
+        .into_iter()
+        .filter(|(name, _)| name.starts_with("task_dedup_periodic"))
+        .collect();
+    let expected: BTreeMap<String, u64> = [
+        (
+            "task_dedup_periodic_ticks_total{task_type=new-year,outcome=created}",
+            1,
+        ),
+        (
+            "task_dedup_periodic_ticks_total{task_type=new-year,outcome=existing}",
+            1,
+        ),
+    ]
+    .into_iter()
+    .map(|(name, n)| (name.to_owned(), n))
+    .collect();
+    assert_eq!(periodic, expected);
 }

@@ -80,6 +80,11 @@ pub struct Args {
     /// `worker-idle`: seconds counted.
     #[arg(long, default_value_t = 20)]
     pub idle_secs: u64,
+    /// Finished tasks preloaded after the warm-up (finished within the last day, which the
+    /// default retention keeps), with a pruner running beside the callers (its own pool,
+    /// the default retention, every second). `prune`: expired rows for the pruner alone.
+    #[arg(long, default_value_t = 0)]
+    pub history: u64,
     /// Print one JSON object instead of the two text lines.
     #[arg(long)]
     pub json: bool,
@@ -117,6 +122,9 @@ pub enum Workload {
     /// behind `--blocked` follow-ups whose keys run: head-of-line blocking, against the
     /// same free tasks alone.
     WorkerBlocked,
+    /// The pruner alone on `--history` expired finished tasks, in the default batches:
+    /// its time per 10,000 rows.
+    Prune,
 }
 
 /// How bench workers learn of new tasks (`task_dedup::Wakeups`).

@@ -14,6 +14,7 @@
 mod args;
 mod bulk;
 mod check;
+mod history;
 mod run;
 mod strategy;
 mod worker;
@@ -26,6 +27,13 @@ use crate::args::Args;
 #[tokio::main]
 async fn main() {
     let args = Args::parse();
+    if args.workload == args::Workload::Prune {
+        if let Err(error) = history::run_prune(&args).await {
+            eprintln!("task-dedup-bench: {error}");
+            std::process::exit(1);
+        }
+        return;
+    }
     if args.workload.is_worker() {
         if let Err(error) = worker::run(&args).await {
             eprintln!("task-dedup-bench: {error}");

@@ -38,6 +38,11 @@ pub struct Report {
     /// Calls still running at the deadline, abandoned (counted neither as ops nor errors).
     pub abandoned: usize,
     pub deadline_hit: bool,
+    /// Finished rows preloaded (`--history`).
+    pub history: u64,
+    /// Rows the pruner beside the callers deleted, and its passes.
+    pub pruned: u64,
+    pub prune_passes: u64,
     #[serde(flatten)]
     pub table: TableCheck,
 }
@@ -64,7 +69,7 @@ impl Report {
             self.errors
         );
         println!(
-            "# dialect={} clients={} pool={} p50_us={} p99_us={} cpu_us_per_call={:.1} rows={} finished_by_churn={} abandoned={} deadline_hit={} churn_duplicates={}",
+            "# dialect={} clients={} pool={} p50_us={} p99_us={} cpu_us_per_call={:.1} rows={} finished_by_churn={} abandoned={} deadline_hit={} churn_duplicates={} history={} pruned={} prune_passes={}",
             self.dialect,
             self.clients,
             self.pool,
@@ -75,7 +80,10 @@ impl Report {
             self.finished_by_churn,
             self.abandoned,
             self.deadline_hit,
-            self.churn_duplicates
+            self.churn_duplicates,
+            self.history,
+            self.pruned,
+            self.prune_passes
         );
     }
 }
@@ -116,6 +124,13 @@ pub async fn run(args: &Args) -> Result<Report, String> {
     db.execute_unprepared("DELETE FROM task_run")
         .await
         .map_err(|e| e.to_string())?;
+    let stop_pruner = Arc::new(AtomicBool::new(false));
+    let pruner = if args.history > 0 {
+        crate::history::preload(&db, args.history, crate::history::Age::Kept).await?;
+        Some(crate::history::start_pruner(args, stop_pruner.clone()).await?)
+    } else {
+        None
+    };
 
     let deadline = Instant::now() + Duration::from_secs(args.deadline_secs);
     let cpu_before = process_cpu_us();
@@ -124,6 +139,11 @@ pub async fn run(args: &Args) -> Result<Report, String> {
     let seconds = started.elapsed().as_secs_f64();
     let deadline_hit = Instant::now() > deadline;
     let cpu_us = process_cpu_us().saturating_sub(cpu_before);
+    stop_pruner.store(true, Ordering::Relaxed);
+    let (pruned, prune_passes) = match pruner {
+        Some(pruner) => pruner.await.map_err(|e| e.to_string())?,
+        None => (0, 0),
+    };
 
     if let Some(error) = &tally.first_error {
         eprintln!("task-dedup-bench: first error: {error}");
@@ -156,6 +176,9 @@ pub async fn run(args: &Args) -> Result<Report, String> {
         churn_duplicates: churn.duplicates,
         abandoned: tally.abandoned,
         deadline_hit,
+        history: args.history,
+        pruned,
+        prune_passes,
         table,
     })
 }
@@ -171,7 +194,11 @@ pub async fn prepare_schema(args: &Args) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     // Dropped rather than migrated down: an unsafe strategy's run left the table without
     // its unique index, which the down migrations expect.
-    for table in ["task_run", task_dedup_migration::MIGRATION_TABLE] {
+    for table in [
+        "task_run",
+        "task_dedup_paused",
+        task_dedup_migration::MIGRATION_TABLE,
+    ] {
         db.execute_unprepared(&format!("DROP TABLE IF EXISTS {table}"))
             .await
             .map_err(|e| e.to_string())?;

@@ -37,7 +37,8 @@ pub fn key(
         | Workload::Worker
         | Workload::WorkerLatency
         | Workload::WorkerIdle
-        | Workload::WorkerBlocked => {
+        | Workload::WorkerBlocked
+        | Workload::Prune => {
             format!("{phase}-{client}-{seq}")
         }
         Workload::Dup | Workload::Churn | Workload::Replace => return hot_key(rng.below(keys)),

@@ -367,7 +367,7 @@ impl<C: DedupConnection> TaskDedup for C {
     #[tracing::instrument(level = "debug", skip_all, fields(key = %task.key))]
     async fn find_occupant(&self, task: &NewTask) -> Result<Option<task_run::Model>, DedupError> {
         task.validate()?;
-        let window_end = task.scope.window_end(task_run::now());
+        let window_end = task.window_end_at(task_run::now());
         occupant(
             self,
             &task.key,

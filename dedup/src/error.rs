@@ -33,6 +33,19 @@ pub enum DedupError {
         /// What is wrong with it.
         reason: InvalidReason,
     },
+    /// A [`Schedule`](crate::Schedule) given to
+    /// [`WorkerBuilder::periodic`](crate::WorkerBuilder::periodic) is invalid: a cron
+    /// expression that does not parse or never matches, an unknown time zone, an
+    /// interval that is not whole seconds of at least one, a catch-up over
+    /// [`MAX_CATCH_UP`](crate::MAX_CATCH_UP). Raised by
+    /// [`WorkerBuilder::build`](crate::WorkerBuilder::build).
+    #[error("invalid schedule `{expression}`: {reason}")]
+    InvalidSchedule {
+        /// The schedule as written (`0 * * * *`, `every 0s`), with its zone if it has one.
+        expression: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// An item of a batch (`find_or_enqueue_many`) is invalid: its payload or scope (its
     /// key was checked by [`TaskKey::new`]). Raised before any SQL runs: nothing of the
     /// batch was written.

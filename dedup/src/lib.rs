@@ -82,7 +82,22 @@
 //! on shutdown hands back what it could not finish. Give it a pool of its own
 //! ([`connect_with`]) so that its claims do not queue behind your requests. Under it,
 //! [`TaskWorker`] has the primitives: `claim_many`, `heartbeat`, `complete`, `fail`,
-//! `cancel`, `release`, `reap_expired`, `prune_finished`.
+//! `cancel`, `release`, `reap_expired`, `prune`; and [`TaskWorker::pause`] /
+//! [`resume`](TaskWorker::resume) stop and restart the claims of a task type in every
+//! worker.
+//!
+//! # Maintenance
+//!
+//! A worker prunes finished tasks by default ([`Retention`]: `succeeded` and `cancelled`
+//! after 24 hours, `failed` after 7 days), in bounded batches, from every worker at once
+//! without harm; a period-scoped task is kept until its window is over.
+//!
+//! # Periodic tasks
+//!
+//! [`WorkerBuilder::periodic`] enqueues a typed task at each tick of a [`Schedule`] (a
+//! cron expression or a fixed interval, in UTC or a named time zone). No leader: every
+//! worker that declares it enqueues each tick as a [`Scope::Period`] task whose window is
+//! the tick's, and the unique index keeps one task per tick.
 //!
 //! # Seeing and steering the queue
 //!
@@ -109,7 +124,7 @@
 //! | `sqlite` | yes | SQLite, through sea-orm's `sqlx-sqlite` |
 //! | `postgres` | yes | PostgreSQL, through sea-orm's `sqlx-postgres` |
 //! | `mysql` | yes | MySQL/MariaDB, through sea-orm's `sqlx-mysql` |
-//! | `worker` | yes | the [`Worker`] runtime (tokio's task spawning, tokio-util) |
+//! | `worker` | yes | the [`Worker`] runtime (tokio's task spawning, tokio-util) and periodic tasks (croner, chrono-tz) |
 //! | `migration` | yes | [`migration`]: the migrations, built with the same database features |
 //! | `metrics` | no | counters and histograms through the `metrics` facade |
 //!
@@ -140,7 +155,11 @@ mod key;
 mod lifecycle;
 mod metrics;
 mod notify;
+mod pause;
+mod retention;
 mod retry;
+#[cfg(feature = "worker")]
+mod schedule;
 mod task;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
@@ -161,6 +180,8 @@ pub use enqueue::{Enqueued, TaskDedup};
 pub use error::{DedupError, Transition, is_connection_lost, is_timeout, is_transaction_conflict};
 pub use key::{InvalidKey, KeyField, TaskKey};
 pub use lifecycle::{ReapReport, TaskWorker};
+pub use pause::PausedType;
+pub use retention::{MAX_PRUNE_BATCH, PruneReport, Retention};
 pub use retry::MAX_ENQUEUE_ATTEMPTS;
 pub use task::{NewTask, OnConflict, Scope};
 pub use task_dedup_entity::{TaskStatus, task_run};
@@ -179,6 +200,13 @@ pub use worker::{
 #[cfg_attr(docsrs, doc(cfg(feature = "migration")))]
 pub use task_dedup_migration as migration;
 
+/// The time zones of [`Schedule::in_tz`], re-exported so that the version matches.
+#[cfg(feature = "worker")]
+#[cfg_attr(docsrs, doc(cfg(feature = "worker")))]
+pub use chrono_tz;
+#[cfg(feature = "worker")]
+#[cfg_attr(docsrs, doc(cfg(feature = "worker")))]
+pub use schedule::{MAX_CATCH_UP, Schedule, Zone};
 /// tokio-util's cancellation token, which [`Worker::run`] and [`Handler`]s take: here so
 /// that an application needs no `tokio-util` dependency of its own.
 #[cfg(feature = "worker")]

@@ -20,6 +20,8 @@ use crate::error::{DedupError, Transition};
 /// A worker's batch of endings of one shape, as [`end_many`] takes it.
 pub(crate) use crate::executor::EndMany;
 use crate::executor::{Change, Executor};
+use crate::pause::PausedType;
+use crate::retention::{PruneReport, Retention};
 use crate::retry::Retrying;
 use crate::task_run;
 use crate::validate;
@@ -178,12 +180,54 @@ pub trait TaskWorker: crate::connection::sealed::Sealed {
     /// Deletes finished tasks (`succeeded`, `failed`, `cancelled`) whose `finished_at`
     /// is older than `older_than`, except period-scoped tasks whose window is not over
     /// (they still hold it). Never touches an active task. Returns how many rows it
-    /// deleted.
+    /// deleted. The same as [`prune`](Self::prune) with
+    /// [`Retention::all(older_than)`](crate::Retention::all): in batches of 1,000.
     ///
     /// # Errors
-    /// [`DedupError::InvalidArgument`] when `older_than` does not fit in microseconds;
+    /// [`DedupError::InvalidArgument`] when `older_than` is over 100 years;
     /// [`DedupError::Database`].
     async fn prune_finished(&self, older_than: Duration) -> Result<u64, DedupError>;
+
+    /// Deletes the finished tasks `retention` no longer keeps: per status with an age,
+    /// those that finished longer ago than it, oldest first, in batches of
+    /// `retention.batch_size` rows (one statement each) until a batch comes back short.
+    /// A period-scoped task is kept until its window is over, however long ago it
+    /// finished. Never touches an active task. A [`Worker`](crate::Worker) runs it every
+    /// `retention.every` ([`WorkerBuilder::retention`](crate::WorkerBuilder::retention)).
+    ///
+    /// Safe from every worker at once: on PostgreSQL each batch skips the rows another
+    /// pruner has locked; elsewhere pruners wait for each other's short batches. Each row
+    /// is deleted once, and a pruner stopped or killed between or inside batches leaves
+    /// every row deleted or whole.
+    ///
+    /// # Errors
+    /// [`DedupError::InvalidArgument`] for invalid settings ([`Retention::validate`](crate::Retention::validate)),
+    /// before any SQL; [`DedupError::Database`].
+    async fn prune(&self, retention: &Retention) -> Result<PruneReport, DedupError>;
+
+    /// Pauses `task_type`: no worker claims its tasks until it is
+    /// [`resume`](Self::resume)d. Stored in the database (`task_dedup_paused`), so every
+    /// worker of every process honours it from its next claim on (within one poll or
+    /// wake-up); tasks already running go on. Enqueueing is not affected: its tasks
+    /// queue up. Returns whether the type was not paused before.
+    ///
+    /// # Errors
+    /// [`DedupError::InvalidArgument`] (`task_type`) for an empty or over-long name or
+    /// one with a NUL byte; [`DedupError::Database`].
+    async fn pause(&self, task_type: &str) -> Result<bool, DedupError>;
+
+    /// Resumes a paused `task_type`: its tasks are claimed again, and workers that wait
+    /// for notifications are woken. Returns whether it was paused.
+    ///
+    /// # Errors
+    /// As [`pause`](Self::pause).
+    async fn resume(&self, task_type: &str) -> Result<bool, DedupError>;
+
+    /// The paused task types, by name, with when each was paused.
+    ///
+    /// # Errors
+    /// [`DedupError::Database`].
+    async fn paused(&self) -> Result<Vec<PausedType>, DedupError>;
 }
 
 /// How many times a claim is run again after losing the race for a key's run to another
@@ -421,10 +465,35 @@ impl<C: DedupConnection> TaskWorker for C {
 
     #[tracing::instrument(level = "debug", skip_all)]
     async fn prune_finished(&self, older_than: Duration) -> Result<u64, DedupError> {
-        let micros = validate::micros("older_than", older_than)?;
-        let pruned = Executor::new(self.target())?.prune(micros).await?;
-        tracing::debug!(pruned, "finished tasks pruned");
-        Ok(pruned)
+        let retention = Retention::all(older_than);
+        if retention.validate().is_err() {
+            return Err(crate::validate::InvalidArgument::out_of_range(
+                "older_than",
+                "an age of at most 100 years",
+            )
+            .into());
+        }
+        Ok(crate::retention::prune(self, &retention).await?.total())
+    }
+
+    #[tracing::instrument(level = "debug", name = "prune", skip_all)]
+    async fn prune(&self, retention: &Retention) -> Result<PruneReport, DedupError> {
+        crate::retention::prune(self, retention).await
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(task_type = %task_type))]
+    async fn pause(&self, task_type: &str) -> Result<bool, DedupError> {
+        crate::pause::set(self, task_type, crate::pause::Action::Pause).await
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(task_type = %task_type))]
+    async fn resume(&self, task_type: &str) -> Result<bool, DedupError> {
+        crate::pause::set(self, task_type, crate::pause::Action::Resume).await
+    }
+
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn paused(&self) -> Result<Vec<PausedType>, DedupError> {
+        crate::pause::list(self).await
     }
 }
 

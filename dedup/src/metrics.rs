@@ -10,9 +10,12 @@
 //! | `task_dedup_claimed_total` | counter | tasks claimed |
 //! | `task_dedup_finished_total{outcome}` | counter | transitions out of `running` or `queued`: `completed`, `failed`, `retried` (back to the queue with a backoff), `released`, `cancelled` |
 //! | `task_dedup_reaped_total{outcome}` | counter | expired leases: `requeued`, `failed` |
+//! | `task_dedup_pruned_total{status}` | counter | finished tasks the pruner deleted: `succeeded`, `failed`, `cancelled` |
+//! | `task_dedup_pause_changes_total{action}` | counter | task types paused or resumed (`pause`, `resume`), counted when the call changed something |
 //! | `task_dedup_lost_total` | counter | a `Worker`'s tasks taken away while they ran, or whose end it could not record |
 //! | `task_dedup_enqueue_to_start_seconds` | histogram | from `run_at` (the enqueue, unless scheduled or retried) to the claim |
 //! | `task_dedup_claim_to_finish_seconds{outcome}` | histogram | a `Worker`'s tasks, from claim to recorded end; outcomes as above, and `lost` |
+//! | `task_dedup_periodic_ticks_total{task_type, outcome}` | counter | a `Worker`'s ticks of periodic tasks: `created`, `existing` (another worker was first), `failed` (an enqueue that failed; retried), `skipped` (passed over while behind) |
 
 #[cfg(feature = "metrics")]
 mod enabled {
@@ -46,6 +49,24 @@ mod enabled {
         metrics::counter!("task_dedup_reaped_total", "outcome" => "failed").increment(failed);
     }
 
+    pub(crate) fn pruned(status: &'static str, count: u64) {
+        metrics::counter!("task_dedup_pruned_total", "status" => status).increment(count);
+    }
+
+    pub(crate) fn pause_changed(action: &'static str) {
+        metrics::counter!("task_dedup_pause_changes_total", "action" => action).increment(1);
+    }
+
+    #[cfg_attr(not(feature = "worker"), allow(dead_code))]
+    pub(crate) fn periodic_ticks(task_type: &'static str, outcome: &'static str, count: u64) {
+        metrics::counter!(
+            "task_dedup_periodic_ticks_total",
+            "task_type" => task_type,
+            "outcome" => outcome
+        )
+        .increment(count);
+    }
+
     #[cfg_attr(not(feature = "worker"), allow(dead_code))]
     pub(crate) fn handled(outcome: &'static str, claim_to_finish: Duration) {
         if outcome == "lost" {
@@ -67,6 +88,10 @@ mod enabled {
     pub(crate) fn claimed(_: Duration) {}
     pub(crate) fn finished(_: &'static str) {}
     pub(crate) fn reaped(_: u64, _: u64) {}
+    pub(crate) fn pruned(_: &'static str, _: u64) {}
+    pub(crate) fn pause_changed(_: &'static str) {}
+    #[cfg_attr(not(feature = "worker"), allow(dead_code))]
+    pub(crate) fn periodic_ticks(_: &'static str, _: &'static str, _: u64) {}
     #[cfg_attr(not(feature = "worker"), allow(dead_code))]
     pub(crate) fn handled(_: &'static str, _: Duration) {}
 }

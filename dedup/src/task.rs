@@ -111,6 +111,10 @@ pub struct NewTask {
     pub(crate) priority: i16,
     pub(crate) concurrent: bool,
     pub(crate) retry_budget: Option<Duration>,
+    /// A [`Scope::Period`] window's end (Unix seconds) fixed by the caller rather than
+    /// derived from the creation time: a periodic tick's window is `[tick, next tick)`
+    /// whenever, and by whichever process, it is enqueued.
+    pub(crate) window_end: Option<i64>,
 }
 
 impl NewTask {
@@ -127,6 +131,7 @@ impl NewTask {
             priority: 0,
             concurrent: false,
             retry_budget: None,
+            window_end: None,
         }
     }
 
@@ -194,6 +199,20 @@ impl NewTask {
         self.payload.as_ref()
     }
 
+    /// A [`Scope::Period`] task whose window ends at `window_end`, whenever it is created.
+    #[cfg(feature = "worker")]
+    pub(crate) fn in_window(mut self, period: Duration, window_end: i64) -> NewTask {
+        self.scope = Scope::Period(period);
+        self.window_end = Some(window_end);
+        self
+    }
+
+    /// The `dedup_window_end` of this task created at `now`.
+    pub(crate) fn window_end_at(&self, now: DateTime<Utc>) -> i64 {
+        self.window_end
+            .unwrap_or_else(|| self.scope.window_end(now))
+    }
+
     /// Checks what [`TaskKey::new`] could not: the payload and the scope.
     pub(crate) fn validate(&self) -> Result<(), InvalidArgument> {
         validate::json("payload", self.payload.as_ref())?;
@@ -210,6 +229,7 @@ impl NewTask {
     /// The row this task is inserted as, created at `now` (microseconds). The key's
     /// strings move into the row.
     pub(crate) fn into_row_at(self, now: DateTime<Utc>) -> (OnConflict, task_run::Model) {
+        let dedup_window_end = self.window_end_at(now);
         let (user_id, task_type, resource_key) = self.key.into_parts();
         let row = task_run::Model {
             id: Uuid::now_v7(),
@@ -230,7 +250,7 @@ impl NewTask {
             run_at: self.run_at.map_or(now, task_run::micros),
             priority: self.priority,
             scope: self.scope.stored(),
-            dedup_window_end: self.scope.window_end(now),
+            dedup_window_end,
             concurrent: self.concurrent,
         };
         (self.on_conflict, row)

@@ -1,6 +1,7 @@
 //! The admin API's indexes: lists by status, by type and status, or by creation time
-//! alone, newest or oldest first, page after page (keyset over `(created_at, id)`); and
-//! the recent endings the throughput reads.
+//! alone, newest or oldest first, page after page (keyset over `(created_at, id)`). The
+//! recent endings the throughput reads come from `task_run_finished_idx
+//! (status, finished_at)` of `m20261202_000006_task_dedup_maintenance`.
 //!
 //! Frozen once released: this file states its DDL per dialect and never changes.
 //!
@@ -13,61 +14,49 @@ use crate::sql::{self, Dialect};
 
 /// Adds `task_run_status_created_idx (status, created_at, id)`,
 /// `task_run_type_status_created_idx (task_type, status, created_at, id)`,
-/// `task_run_created_idx (created_at, id)` and `task_run_finished_idx (finished_at)`.
+/// and `task_run_created_idx (created_at, id)`.
 #[derive(DeriveMigrationName)]
 pub struct Migration;
 
 /// The indexes, by name, in the order they are created.
-const NAMES: [&str; 4] = [
+const NAMES: [&str; 3] = [
     "task_run_status_created_idx",
     "task_run_type_status_created_idx",
     "task_run_created_idx",
-    "task_run_finished_idx",
 ];
 
-/// The finished-at index is partial where the dialect has partial indexes: an active
-/// task (no `finished_at`) never enters it, so enqueueing does not pay for it.
-const SQLITE_UP: [&str; 4] = [
+const SQLITE_UP: [&str; 3] = [
     "CREATE INDEX \"task_run_status_created_idx\" ON \"task_run\" \
      (\"status\", \"created_at\", \"id\")",
     "CREATE INDEX \"task_run_type_status_created_idx\" ON \"task_run\" \
      (\"task_type\", \"status\", \"created_at\", \"id\")",
     "CREATE INDEX \"task_run_created_idx\" ON \"task_run\" (\"created_at\", \"id\")",
-    "CREATE INDEX \"task_run_finished_idx\" ON \"task_run\" (\"finished_at\") \
-     WHERE finished_at IS NOT NULL",
 ];
-const SQLITE_DOWN: [&str; 4] = [
-    "DROP INDEX IF EXISTS \"task_run_finished_idx\"",
+const SQLITE_DOWN: [&str; 3] = [
     "DROP INDEX IF EXISTS \"task_run_created_idx\"",
     "DROP INDEX IF EXISTS \"task_run_type_status_created_idx\"",
     "DROP INDEX IF EXISTS \"task_run_status_created_idx\"",
 ];
 
-const POSTGRES_UP: [&str; 4] = [
+const POSTGRES_UP: [&str; 3] = [
     "CREATE INDEX task_run_status_created_idx ON task_run (status, created_at, id)",
     "CREATE INDEX task_run_type_status_created_idx ON task_run \
      (task_type, status, created_at, id)",
     "CREATE INDEX task_run_created_idx ON task_run (created_at, id)",
-    "CREATE INDEX task_run_finished_idx ON task_run (finished_at) \
-     WHERE finished_at IS NOT NULL",
 ];
-const POSTGRES_DOWN: [&str; 4] = [
-    "DROP INDEX IF EXISTS task_run_finished_idx",
+const POSTGRES_DOWN: [&str; 3] = [
     "DROP INDEX IF EXISTS task_run_created_idx",
     "DROP INDEX IF EXISTS task_run_type_status_created_idx",
     "DROP INDEX IF EXISTS task_run_status_created_idx",
 ];
 
-/// No partial indexes: `finished_at` is indexed whole (NULL for active tasks).
-const MYSQL_UP: [&str; 4] = [
+const MYSQL_UP: [&str; 3] = [
     "CREATE INDEX task_run_status_created_idx ON task_run (status, created_at, id)",
     "CREATE INDEX task_run_type_status_created_idx ON task_run \
      (task_type, status, created_at, id)",
     "CREATE INDEX task_run_created_idx ON task_run (created_at, id)",
-    "CREATE INDEX task_run_finished_idx ON task_run (finished_at)",
 ];
-const MYSQL_DOWN: [&str; 1] = ["ALTER TABLE task_run DROP INDEX task_run_finished_idx, \
-     DROP INDEX task_run_created_idx, DROP INDEX task_run_type_status_created_idx, \
+const MYSQL_DOWN: [&str; 1] = ["ALTER TABLE task_run DROP INDEX task_run_created_idx, DROP INDEX task_run_type_status_created_idx, \
      DROP INDEX task_run_status_created_idx"];
 
 #[async_trait::async_trait]
@@ -93,7 +82,7 @@ impl MigrationTrait for Migration {
         sql::run(manager, down).await
     }
 
-    /// SQLite and PostgreSQL: all four or none.
+    /// SQLite and PostgreSQL: all three or none.
     fn use_transaction(&self) -> Option<bool> {
         Some(true)
     }

@@ -10,8 +10,41 @@ use super::Dialect;
 ///
 /// SQLite: the DDL text `sqlite_master` keeps. PostgreSQL: each column's type, length,
 /// precision, nullability and default, every index definition and every constraint.
-/// MySQL/MariaDB: `SHOW CREATE TABLE`.
+/// MySQL/MariaDB: `SHOW CREATE TABLE`. Then `task_dedup_paused` (step 6 on), the same way.
 pub async fn describe(db: &DatabaseConnection, dialect: Dialect) -> String {
+    let mut described = describe_task_run(db, dialect).await;
+    let has_paused = SchemaManager::new(db)
+        .has_table("task_dedup_paused")
+        .await
+        .expect("has_table");
+    if has_paused {
+        let sql = match dialect {
+            Dialect::Sqlite => {
+                "SELECT type || ' ' || name || ': ' || COALESCE(sql, '') AS line \
+                 FROM sqlite_master WHERE tbl_name = 'task_dedup_paused' ORDER BY type, name"
+            }
+            Dialect::Postgres => {
+                "SELECT 'paused column ' || lpad(ordinal_position::text, 2, '0') || ' ' \
+                        || column_name || ' ' || udt_name \
+                        || COALESCE('(' || character_maximum_length || ')', '') \
+                        || COALESCE(' precision ' || datetime_precision, '') \
+                        || CASE is_nullable WHEN 'YES' THEN ' null' ELSE ' not null' END \
+                        || COALESCE(' default ' || column_default, '') AS line \
+                 FROM information_schema.columns \
+                 WHERE table_schema = current_schema() AND table_name = 'task_dedup_paused' \
+                 UNION ALL SELECT 'paused index ' || indexdef FROM pg_indexes \
+                 WHERE schemaname = current_schema() AND tablename = 'task_dedup_paused' \
+                 ORDER BY 1"
+            }
+            Dialect::MySql => "SHOW CREATE TABLE task_dedup_paused",
+        };
+        described.push('\n');
+        described.push_str(&lines(db, dialect, sql).await);
+    }
+    described
+}
+
+async fn describe_task_run(db: &DatabaseConnection, dialect: Dialect) -> String {
     let has_table = SchemaManager::new(db)
         .has_table("task_run")
         .await
@@ -48,6 +81,11 @@ pub async fn describe(db: &DatabaseConnection, dialect: Dialect) -> String {
         }
         Dialect::MySql => "SHOW CREATE TABLE task_run",
     };
+    lines(db, dialect, sql).await
+}
+
+/// The rows of `sql` (one `line` each; MySQL: the second column), one per line.
+async fn lines(db: &DatabaseConnection, dialect: Dialect, sql: &str) -> String {
     let rows = db
         .query_all_raw(Statement::from_string(dialect.backend(), sql))
         .await

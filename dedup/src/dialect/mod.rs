@@ -117,9 +117,16 @@ pub(crate) struct Statements {
     /// An expired task → queued after a backoff, lease cleared, unless its lease was
     /// renewed meanwhile: delay, id.
     pub reap_requeue: &'static str,
-    /// Deletes finished tasks older than a duration whose period window (if any) is
-    /// over: minus the age (an offset from now, like the others).
+    /// Deletes a batch of the oldest finished tasks of one status that finished more than
+    /// an age ago and whose period window (if any) is over: status, minus the age (an
+    /// offset from now, like the others), how many at most.
     pub prune: &'static str,
+    /// Pauses a task type unless it is paused; one row affected when it was not: type.
+    pub pause: &'static str,
+    /// Resumes a paused task type; one row affected when it was paused: type.
+    pub resume: &'static str,
+    /// The paused types (`task_type`, `paused_at`), by name: no parameters.
+    pub paused: &'static str,
 }
 
 /// What PostgreSQL and SQLite do in one statement with `RETURNING`, and MySQL/MariaDB in
@@ -465,6 +472,9 @@ mod tests {
             ("reap_fail", statements.reap_fail),
             ("reap_requeue", statements.reap_requeue),
             ("prune", statements.prune),
+            ("pause", statements.pause),
+            ("resume", statements.resume),
+            ("paused", statements.paused),
         ]
         .into_iter()
         .chain(statements.insert_or_find.map(|sql| ("insert_or_find", sql)))
@@ -487,7 +497,7 @@ mod tests {
     }
 
     /// The order statements are pinned in: what each dialect lacks is skipped.
-    const ORDER: [&str; 22] = [
+    const ORDER: [&str; 25] = [
         "insert",
         "insert_or_find",
         "replace",
@@ -508,6 +518,9 @@ mod tests {
         "reap_fail",
         "reap_requeue",
         "prune",
+        "pause",
+        "resume",
+        "paused",
         "notify",
         "guard",
     ];
@@ -552,7 +565,7 @@ mod tests {
         all.extend([
             ("replace", Cow::Borrowed(mysql::REPLACE)),
             ("claim_any", Cow::Borrowed(mysql::CLAIM_ANY)),
-            ("claim_types", Cow::Borrowed(mysql::CLAIM_TYPES)),
+            ("claim_types", mysql::claim_types(2)),
             ("claim_update", mysql::claim_update(2)),
             ("claimed", mysql::claimed(2)),
             ("guard", Cow::Borrowed(mysql::GUARD)),

@@ -27,6 +27,8 @@ macro_rules! complete {
 /// A claim up to the selection of the tasks: `claim_any` and `claim_types` differ in
 /// which tasks they select ([`claim_end!`] closes both).
 ///
+/// A paused type's tasks are not due (`task_dedup_paused`, read once per claim).
+///
 /// One run per key: a task is due only if no task of its key runs (a probe of
 /// `task_running_resource_uidx`, whose predicate it repeats so that SQLite uses it),
 /// unless it is `concurrent`. Blocked tasks are passed over in the scan, so a batch
@@ -45,6 +47,7 @@ macro_rules! claim_set {
              created_at FROM task_run t \
              WHERE status = 'queued' \
              AND run_at <= strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', '+0.001 seconds') \
+             AND task_type NOT IN (SELECT task_type FROM task_dedup_paused) \
              AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
              WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
              AND r.resource_key = t.resource_key AND ",
@@ -154,9 +157,17 @@ pub(crate) const STATEMENTS: Statements = Statements {
                    WHERE id = ? AND status = 'running' \
                    AND lease_expires_at < strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now')",
     // A period task keeps its window until the window is over, finished or not.
-    prune: "DELETE FROM task_run WHERE status IN ('succeeded', 'failed', 'cancelled') \
+    // The oldest first, through `task_run_finished_idx`. No row locks to skip: the
+    // statement runs under the database's write lock.
+    prune: "DELETE FROM task_run WHERE id IN (SELECT id FROM task_run \
+            WHERE status = ? \
             AND finished_at < strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?) \
-            AND dedup_window_end <= CAST(strftime('%s', 'now') AS INTEGER)",
+            AND dedup_window_end <= CAST(strftime('%s', 'now') AS INTEGER) \
+            ORDER BY finished_at LIMIT ?)",
+    pause: "INSERT INTO task_dedup_paused (task_type, paused_at) \
+            VALUES (?, strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now')) ON CONFLICT DO NOTHING",
+    resume: "DELETE FROM task_dedup_paused WHERE task_type = ?",
+    paused: "SELECT task_type, paused_at FROM task_dedup_paused ORDER BY task_type",
 };
 
 pub(crate) const RETURNING: Returning = Returning {

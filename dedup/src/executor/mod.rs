@@ -529,10 +529,40 @@ impl<'c> Executor<'c> {
             == 1)
     }
 
-    /// Deletes finished tasks older than `age_micros`; returns how many.
-    pub(crate) async fn prune(&mut self, age_micros: i64) -> Result<u64, Failure> {
+    /// Deletes up to `limit` of the oldest `status` tasks that finished more than
+    /// `age_micros` ago (period tasks only once their window is over); returns how many.
+    pub(crate) async fn prune(
+        &mut self,
+        status: &str,
+        age_micros: i64,
+        limit: i64,
+    ) -> Result<u64, Failure> {
         let offset = args::interval(self.dialect, age_micros.saturating_neg());
-        self.affected(self.statements().prune, vec![offset]).await
+        let values = vec![Arg::Str(status), offset, Arg::I64(limit)];
+        self.affected(self.statements().prune, values).await
+    }
+
+    /// Pauses `task_type`; whether it was not paused before.
+    pub(crate) async fn pause(&mut self, task_type: &str) -> Result<bool, Failure> {
+        let values = vec![Arg::Str(task_type)];
+        Ok(self.affected(self.statements().pause, values).await? == 1)
+    }
+
+    /// Resumes `task_type`; whether it was paused.
+    pub(crate) async fn resume(&mut self, task_type: &str) -> Result<bool, Failure> {
+        let values = vec![Arg::Str(task_type)];
+        Ok(self.affected(self.statements().resume, values).await? == 1)
+    }
+
+    /// The paused task types and when each was paused, by name.
+    pub(crate) async fn paused(
+        &mut self,
+    ) -> Result<Vec<(String, chrono::DateTime<chrono::Utc>)>, Failure> {
+        let rows = self.rows(self.statements().paused, vec![]).await?;
+        Ok(rows
+            .iter()
+            .map(|row| Ok((row.try_get("", "task_type")?, row.try_get("", "paused_at")?)))
+            .collect::<Result<_, sea_orm::DbErr>>()?)
     }
 
     /// Inserts the rows of a batch, `plain` skipping held keys and `replace` replacing

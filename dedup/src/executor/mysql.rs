@@ -10,7 +10,7 @@ use super::args::{self, Arg};
 use super::{EndMany, Executor, Inserted};
 use crate::dialect::Failure;
 use crate::dialect::mysql::{
-    CLAIM_ANY, CLAIM_TYPES, REPLACE, STATEMENTS, claim_update, claimed, ended_by,
+    CLAIM_ANY, REPLACE, STATEMENTS, claim_types, claim_update, claimed, ended_by,
 };
 use crate::task_run;
 
@@ -80,8 +80,9 @@ pub(super) async fn claim(
         let select = if task_types.is_empty() {
             txn.rows(CLAIM_ANY, vec![Arg::I64(max)]).await?
         } else {
-            let types = args::task_types(dialect, task_types);
-            txn.rows(CLAIM_TYPES, vec![types, Arg::I64(max)]).await?
+            let mut values: Vec<Arg> = task_types.iter().map(|t| Arg::Str(t)).collect();
+            values.push(Arg::I64(max));
+            txn.rows(claim_types(task_types.len()), values).await?
         };
         let mut keys = HashSet::with_capacity(select.len());
         let mut ids = Vec::with_capacity(select.len());

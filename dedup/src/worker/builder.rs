@@ -8,11 +8,14 @@ use std::time::Duration;
 use sea_orm::DatabaseConnection;
 
 use super::handler::Handler;
+use super::periodic::Declared;
 use super::route::{Route, Routes, TaskHandler, TypeRoute, Typed, Untyped};
 use super::{Wakeups, Worker};
 use crate::backoff::RetryPolicy;
 use crate::connection::DEFAULT_RETRY_BUDGET;
 use crate::error::DedupError;
+use crate::retention::Retention;
+use crate::schedule::Schedule;
 use crate::task_run;
 use crate::typed::{Task, TaskOptions};
 use crate::validate::{self, InvalidArgument, InvalidReason};
@@ -39,8 +42,10 @@ pub struct WorkerBuilder {
     pub(super) retry_budget: Duration,
     pub(super) end_batch: usize,
     pub(super) end_delay: Duration,
+    pub(super) retention: Retention,
     pub(super) handler: Option<Arc<dyn Handler>>,
     pub(super) registered: Vec<Registration>,
+    pub(super) periodic: Vec<Declared>,
 }
 
 /// A type registered with [`WorkerBuilder::register`].
@@ -70,6 +75,7 @@ impl fmt::Debug for WorkerBuilder {
             .field("retry_budget", &self.retry_budget)
             .field("end_batch", &self.end_batch)
             .field("end_delay", &self.end_delay)
+            .field("retention", &self.retention)
             .field("handler", &self.handler.as_ref().map(|_| "..."))
             .field(
                 "registered",
@@ -77,6 +83,14 @@ impl fmt::Debug for WorkerBuilder {
                     .registered
                     .iter()
                     .map(|r| r.task_type)
+                    .collect::<Vec<_>>(),
+            )
+            .field(
+                "periodic",
+                &self
+                    .periodic
+                    .iter()
+                    .map(Declared::task_type)
                     .collect::<Vec<_>>(),
             )
             .finish_non_exhaustive()
@@ -104,8 +118,10 @@ impl WorkerBuilder {
             retry_budget: DEFAULT_RETRY_BUDGET,
             end_batch: 100,
             end_delay: Duration::from_millis(5),
+            retention: Retention::default(),
             handler: None,
             registered: Vec::new(),
+            periodic: Vec::new(),
         }
     }
 
@@ -237,6 +253,17 @@ impl WorkerBuilder {
         self
     }
 
+    /// How long finished tasks are kept: the worker prunes the others every
+    /// `retention.every` (give or take a fifth), in batches of `retention.batch_size`
+    /// rows ([`TaskWorker::prune`](crate::TaskWorker::prune)), whatever their types.
+    /// Every worker prunes; together they delete each row once. Default
+    /// [`Retention::default`]: `succeeded` and `cancelled` tasks after 24 hours, `failed`
+    /// ones after 7 days. [`Retention::off`] keeps everything.
+    pub fn retention(mut self, retention: Retention) -> WorkerBuilder {
+        self.retention = retention;
+        self
+    }
+
     /// What runs each task of the worker's [`task_types`](Self::task_types): a
     /// [`Handler`], such as an `async` closure `|task, cancel| async move { ... }`, which
     /// receives the task as stored. The escape hatch beside typed handlers
@@ -290,6 +317,61 @@ impl WorkerBuilder {
         self
     }
 
+    /// Enqueues a task of type `T` at each tick of `schedule`: `make` receives the tick
+    /// (the instant it stands for, in UTC) and returns the task. No leader is needed:
+    /// every worker that declares the schedule, in any number of processes, enqueues
+    /// each tick, and the database keeps one task per tick. The tick's task is scoped to
+    /// the window from its tick to the next ([`Scope::Period`](crate::Scope::Period),
+    /// whatever `T`'s options say), scheduled at the tick (`run_at`), with
+    /// [`OnConflict::ReturnExisting`](crate::OnConflict::ReturnExisting); the key is
+    /// `T`'s, so two ticks may share a resource key, and the task of one tick stays
+    /// unique while its window lasts, finished or not (retention keeps it that long).
+    ///
+    /// On start the worker enqueues the latest tick already past (its period is still
+    /// running; see [`Schedule::catch_up`]); then each tick when it falls due. If the
+    /// database is unreachable at a tick, the enqueue is retried on a fresh connection
+    /// within the [`retry_budget`](Self::retry_budget), then every second until it
+    /// succeeds or the next tick falls due.
+    ///
+    /// `T` must be a type this worker runs ([`register`](Self::register) it, or list it in
+    /// the untyped handler's [`task_types`](Self::task_types)), so that whoever enqueues
+    /// ticks also runs them; [`build`](Self::build) refuses it otherwise. Workers that do
+    /// not declare the schedule may run its tasks too.
+    ///
+    /// ```no_run
+    /// use serde::{Deserialize, Serialize};
+    /// use task_dedup::{HandlerError, Job, Schedule, Task, Worker};
+    ///
+    /// #[derive(Serialize, Deserialize)]
+    /// struct NightlyReport { day: chrono::NaiveDate }
+    ///
+    /// impl Task for NightlyReport {
+    ///     const TASK_TYPE: &'static str = "nightly-report";
+    ///     fn resource_key(&self) -> String { format!("report/{}", self.day) }
+    /// }
+    ///
+    /// # async fn f(db: sea_orm::DatabaseConnection) -> Result<(), task_dedup::DedupError> {
+    /// let worker = Worker::builder(db)
+    ///     .register::<NightlyReport>(|job: Job<NightlyReport>| async move {
+    ///         println!("reporting on {}", job.args.day);
+    ///         Ok::<_, HandlerError>(())
+    ///     })
+    ///     .periodic(Schedule::cron("30 2 * * *").in_tz("Europe/Berlin"), |tick| NightlyReport {
+    ///         day: tick.date_naive(),
+    ///     })
+    ///     .build()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn periodic<T: Task>(
+        mut self,
+        schedule: Schedule,
+        make: impl Fn(chrono::DateTime<chrono::Utc>) -> T + Send + Sync + 'static,
+    ) -> WorkerBuilder {
+        self.periodic.push(Declared::new::<T>(schedule, make));
+        self
+    }
+
     /// Checks the settings and builds the worker.
     ///
     /// # Errors
@@ -302,8 +384,12 @@ impl WorkerBuilder {
     /// type limit of 0, a limit on a type the worker does not run, an invalid lease, a
     /// heartbeat not shorter than the lease, an invalid retry policy, a poll interval of
     /// 0 or with `min > max`, a fallback poll of 0, an invalid worker id or task type,
-    /// a batch of endings of 0 or over `MAX_END_BATCH`, or a batch delay over half of
-    /// what is left of the lease after a heartbeat interval.
+    /// a batch of endings of 0 or over `MAX_END_BATCH`, a batch delay over half of
+    /// what is left of the lease after a heartbeat interval, an invalid
+    /// [`retention`](Self::retention) (named as [`Retention::validate`] names it), or a
+    /// periodic task of a type the worker does not run (`periodic`).
+    /// [`DedupError::InvalidSchedule`] naming the expression for a schedule that is not
+    /// valid ([`periodic`](Self::periodic)).
     pub fn build(self) -> Result<Worker, DedupError> {
         let invalid =
             |name, expected| DedupError::from(InvalidArgument::out_of_range(name, expected));
@@ -348,6 +434,11 @@ impl WorkerBuilder {
                 ));
             }
         }
+        let periodic = self
+            .periodic
+            .iter()
+            .map(|declared| declared.check(&task_types).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()?;
         let id = self.id.clone().unwrap_or_else(|| {
             let random = uuid::Uuid::now_v7().simple().to_string();
             format!("task-dedup-{}-{}", std::process::id(), &random[20..])
@@ -369,6 +460,7 @@ impl WorkerBuilder {
         if reap_every.is_zero() {
             return Err(invalid("reap_every", "more than zero"));
         }
+        self.retention.validate()?;
         Ok(Worker {
             db: self.db,
             config: Arc::new(super::Config {
@@ -389,8 +481,10 @@ impl WorkerBuilder {
                 retry_budget: self.retry_budget,
                 end_batch: self.end_batch,
                 end_delay: self.end_delay,
+                retention: self.retention,
             }),
             routes: Arc::new(routes),
+            periodic,
         })
     }
 

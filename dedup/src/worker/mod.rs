@@ -11,6 +11,7 @@ pub(crate) mod drain;
 mod execute;
 mod handler;
 mod job;
+mod periodic;
 mod record;
 mod route;
 mod wake;
@@ -69,6 +70,8 @@ pub struct Worker {
     db: DatabaseConnection,
     config: Arc<Config>,
     routes: Arc<route::Routes>,
+    /// The schedules of its periodic tasks.
+    periodic: Vec<Arc<periodic::Scheduled>>,
 }
 
 impl fmt::Debug for Worker {
@@ -99,6 +102,7 @@ struct Config {
     retry_budget: Duration,
     end_batch: usize,
     end_delay: Duration,
+    retention: crate::Retention,
 }
 
 /// What a [`Worker`] did, returned when it stops.
@@ -124,6 +128,20 @@ pub struct WorkerReport {
     pub reaped_requeued: u64,
     /// Expired leases this worker's reaper failed for good.
     pub reaped_failed: u64,
+    /// Finished tasks this worker's pruner deleted ([`WorkerBuilder::retention`]).
+    pub pruned: u64,
+    /// Ticks of periodic tasks this worker enqueued (`Created`). A tick whose enqueue
+    /// lost its connection after the insert committed is counted in `ticks_existing`
+    /// (as `find_or_enqueue` reports it).
+    pub ticks_created: u64,
+    /// Ticks of periodic tasks another worker (or process) had enqueued first
+    /// (`Existing`).
+    pub ticks_existing: u64,
+    /// Enqueues of ticks that failed (each retried while its tick is the latest).
+    pub ticks_failed: u64,
+    /// Ticks passed over while the worker was behind (beyond
+    /// [`Schedule::catch_up`](crate::Schedule::catch_up)).
+    pub ticks_skipped: u64,
 }
 
 /// The counters of a running worker, shared with its tasks.
@@ -138,6 +156,8 @@ struct Counters {
     lost: AtomicU64,
     reaped_requeued: AtomicU64,
     reaped_failed: AtomicU64,
+    pruned: AtomicU64,
+    ticks: periodic::TickCounters,
 }
 
 impl Counters {
@@ -153,6 +173,11 @@ impl Counters {
             lost: get(&self.lost),
             reaped_requeued: get(&self.reaped_requeued),
             reaped_failed: get(&self.reaped_failed),
+            pruned: get(&self.pruned),
+            ticks_created: get(&self.ticks.created),
+            ticks_existing: get(&self.ticks.existing),
+            ticks_failed: get(&self.ticks.failed),
+            ticks_skipped: get(&self.ticks.skipped),
         }
     }
 }
@@ -204,7 +229,8 @@ impl Worker {
         &self.config.id
     }
 
-    /// Runs until `shutdown` fires, then stops claiming, waits for running handlers up
+    /// Runs until `shutdown` fires, then stops claiming and enqueuing periodic ticks (an
+    /// enqueue under way finishes), waits for running handlers up
     /// to the shutdown grace, cancels the ones still running (each then has the cancel
     /// grace to return before it is dropped) and hands their tasks back to the queue
     /// (`release`: no lease to wait for, the attempt not counted), records the endings
@@ -243,6 +269,9 @@ impl Worker {
         wake::warn_about_a_single_connection(&shared.db, config.concurrency);
         let background = TaskTracker::new();
         let stop_background = CancellationToken::new();
+        // Dropped with this future (a worker that dies), the reaper, the pruner and the
+        // listener stop too: a dead worker's reaper went on requeueing with its policy.
+        let _stop_background_on_drop = stop_background.clone().drop_guard();
         let waker = wake::Waker::start(
             &shared.db,
             config.wakeups,
@@ -250,6 +279,9 @@ impl Worker {
             stop_background.clone(),
         );
         background.spawn(reap(shared.clone(), stop_background.clone()));
+        if !config.retention.is_off() {
+            background.spawn(prune(shared.clone(), stop_background.clone()));
+        }
         // Not in `background`: dropped with this future (a worker that dies), it records
         // nothing more, and the reaper takes the tasks back once their leases run out.
         let stop_completer = CancellationToken::new();
@@ -258,6 +290,8 @@ impl Worker {
             queued_endings,
             stop_completer.clone(),
         )));
+
+        let schedulers = periodic::start(&shared, &self.periodic, &shutdown);
 
         let tasks = TaskTracker::new();
         let slots = Arc::new(Semaphore::new(config.concurrency));
@@ -364,6 +398,12 @@ impl Worker {
         }
 
         tracing::info!(running = tasks.len(), "shutting down: no more claims");
+        for scheduler in schedulers {
+            // Each returns as soon as it sees `shutdown`.
+            if let Err(err) = scheduler.await {
+                tracing::error!(error = %err, "a periodic scheduler stopped unexpectedly");
+            }
+        }
         tasks.close();
         if tokio::time::timeout(config.shutdown_grace, tasks.wait())
             .await
@@ -507,6 +547,28 @@ async fn reap(shared: Arc<Shared>, stop: CancellationToken) {
                 add(&shared.counters.reaped_failed, report.failed);
             }
             Err(err) => tracing::warn!(error = %err, "reaping failed; trying at the next interval"),
+        }
+    }
+}
+
+/// Prunes finished tasks every `retention.every`, give or take a fifth, until `stop`.
+/// Stopped between batches (or dropped inside one), it leaves every row deleted or whole.
+async fn prune(shared: Arc<Shared>, stop: CancellationToken) {
+    let retention = shared.config.retention;
+    loop {
+        let jitter = 0.8 + 0.4 * rand::random::<f64>();
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(retention.every.mul_f64(jitter)) => {}
+        }
+        let db = shared.db();
+        let pruned = tokio::select! {
+            () = stop.cancelled() => return,
+            pruned = db.prune(&retention) => pruned,
+        };
+        match pruned {
+            Ok(report) => add(&shared.counters.pruned, report.total()),
+            Err(err) => tracing::warn!(error = %err, "pruning failed; trying at the next interval"),
         }
     }
 }
