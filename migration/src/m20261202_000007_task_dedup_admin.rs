@@ -56,8 +56,10 @@ const MYSQL_UP: [&str; 3] = [
      (task_type, status, created_at, id)",
     "CREATE INDEX task_run_created_idx ON task_run (created_at, id)",
 ];
-const MYSQL_DOWN: [&str; 1] = ["ALTER TABLE task_run DROP INDEX task_run_created_idx, DROP INDEX task_run_type_status_created_idx, \
-     DROP INDEX task_run_status_created_idx"];
+const MYSQL_DOWN: [&str; 1] = [
+    "ALTER TABLE task_run DROP INDEX task_run_created_idx, DROP INDEX task_run_type_status_created_idx, \
+     DROP INDEX task_run_status_created_idx",
+];
 
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {

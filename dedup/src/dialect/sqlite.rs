@@ -29,6 +29,13 @@ macro_rules! complete {
 ///
 /// A paused type's tasks are not due (`task_dedup_paused`, read once per claim).
 ///
+/// `+run_at`: the unary plus keeps `run_at` out of the index's search, so the claim
+/// index is read in order from `status = 'queued'` and the scan stops at the limit.
+/// With statistics (`ANALYZE`, or `PRAGMA optimize` as SQLite advises), SQLite 3.40
+/// (Debian 12's, which `sqlx`'s `sqlite-unbundled` links) planned a skip-scan over
+/// `status` and `priority` with `run_at` as a range instead, and sorted every due task
+/// for each claim. The bundled SQLite (3.50) reads the index in order either way.
+///
 /// One run per key: a task is due only if no task of its key runs (a probe of
 /// `task_running_resource_uidx`, whose predicate it repeats so that SQLite uses it),
 /// unless it is `concurrent`. Blocked tasks are passed over in the scan, so a batch
@@ -46,7 +53,7 @@ macro_rules! claim_set {
              FROM (SELECT id, user_id, task_type, resource_key, concurrent, priority, run_at, \
              created_at FROM task_run t \
              WHERE status = 'queued' \
-             AND run_at <= strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', '+0.001 seconds') \
+             AND +run_at <= strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', '+0.001 seconds') \
              AND task_type NOT IN (SELECT task_type FROM task_dedup_paused) \
              AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
              WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
