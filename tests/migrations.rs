@@ -514,7 +514,7 @@ async fn ensure_schema_after_migrations_changes_nothing(db: &TestDb) {
     Migrator::down(&db.db, None).await.expect("down");
     let report = ensure_schema(&db.db).await.expect("compat patch");
     assert!(report.created_table, "{report}");
-    assert_eq!(report.created_indexes.len(), 5, "{report}");
+    assert_eq!(report.created_indexes.len(), 8, "{report}");
     // Workers' claims read the paused types: ensure_schema creates their table too.
     assert!(has_table(db, "task_dedup_paused").await);
     assert!(ensure_schema(&db.db).await.expect("again").is_unchanged());
@@ -581,6 +581,7 @@ async fn migrations_splice_into_an_application_migrator(db: &TestDb) {
             "m20261130_000004_task_dedup_scopes",
             "m20261201_000005_task_dedup_serial_per_key",
             "m20261202_000006_task_dedup_maintenance",
+            "m20261202_000007_task_dedup_admin",
             "m20270101_000001_create_widget",
         ]
     );
@@ -626,6 +627,7 @@ async fn standalone_and_application_migrators_keep_their_own_ledgers(db: &TestDb
             "m20261130_000004_task_dedup_scopes",
             "m20261201_000005_task_dedup_serial_per_key",
             "m20261202_000006_task_dedup_maintenance",
+            "m20261202_000007_task_dedup_admin",
         ]
     );
 

@@ -514,23 +514,31 @@ async fn claim_plan_uses_the_claim_index(db: &TestDb) {
 ///   `NOT (task_type = ANY(ARRAY(...)))`, it expected no due task, scanned all of them
 ///   and sorted (drains at a sixth of their speed).
 ///
-/// SQLite has no row locks and plans the same with and without types.
+/// - SQLite, once analyzed: 3.40 (Debian 12's, for `sqlite-unbundled` builds) chose a
+///   skip-scan over `status` and `priority` with `run_at` as a range and sorted every
+///   due task; the bundled SQLite these tests link plans well with or without the
+///   `+run_at` that prevents it, so on SQLite this test pins the plan, it does not
+///   reproduce the old one.
 async fn claims_read_the_claim_index_in_order(db: &TestDb) {
-    if db.dialect == Dialect::Sqlite {
-        return;
-    }
     db.migrate().await;
+    // In batches of 300 sharing one time, as bulk enqueues write them.
     for i in 0..3_000 {
         rows::insert(
             &db.db,
             ("u", "render", &format!("r-{i}")),
             TaskStatus::Queued,
-            rows::at(i),
+            rows::at(i / 300),
         )
         .await
         .expect("seed");
     }
     let (pinned, analyze) = match db.dialect {
+        Dialect::Sqlite => (
+            include_str!(
+                "../dedup/src/dialect/snapshots/task_dedup__dialect__tests__sqlite_statements_are_pinned.snap"
+            ),
+            "ANALYZE",
+        ),
         Dialect::Postgres => (
             include_str!(
                 "../dedup/src/dialect/snapshots/task_dedup__dialect__tests__postgres_statements_are_pinned.snap"
@@ -555,6 +563,21 @@ async fn claims_read_the_claim_index_in_order(db: &TestDb) {
     };
     let types = vec!["render".to_owned()];
     let claims: Vec<(&str, Vec<sea_orm::Value>)> = match db.dialect {
+        Dialect::Sqlite => vec![
+            (
+                "claim_any",
+                vec!["w".into(), "+1 seconds".into(), 8i64.into()],
+            ),
+            (
+                "claim_types",
+                vec![
+                    "w".into(),
+                    "+1 seconds".into(),
+                    "[\"render\"]".into(),
+                    8i64.into(),
+                ],
+            ),
+        ],
         Dialect::Postgres => vec![
             (
                 "claim_any",
@@ -574,9 +597,14 @@ async fn claims_read_the_claim_index_in_order(db: &TestDb) {
         ],
     };
     for (name, values) in claims {
+        let explain = if db.dialect == Dialect::Sqlite {
+            "EXPLAIN QUERY PLAN"
+        } else {
+            "EXPLAIN"
+        };
         let explain = Statement::from_sql_and_values(
             db.dialect.backend(),
-            format!("EXPLAIN {}", statement(name)),
+            format!("{explain} {}", statement(name)),
             values,
         );
         let rows = db.db.query_all_raw(explain).await.expect("explain");
@@ -584,7 +612,8 @@ async fn claims_read_the_claim_index_in_order(db: &TestDb) {
             .iter()
             .map(|row| match db.dialect {
                 Dialect::Postgres => row.try_get_by_index::<String>(0).expect("plan line"),
-                _ => format!(
+                Dialect::Sqlite => row.try_get::<String>("", "detail").expect("detail"),
+                Dialect::MySql => format!(
                     "table={} key={} extra={}",
                     row.try_get::<Option<String>>("", "table")
                         .expect("table")
@@ -601,6 +630,16 @@ async fn claims_read_the_claim_index_in_order(db: &TestDb) {
         let plan = plan.join("\n");
         println!("{} {name}:\n{plan}", db.dialect.name());
         match db.dialect {
+            Dialect::Sqlite => {
+                assert!(
+                    plan.contains("SEARCH t USING INDEX task_run_claim_idx (status=?)"),
+                    "{name} reads the claim index in order: {plan}"
+                );
+                assert!(
+                    !plan.contains("ANY(status)"),
+                    "{name} reads no more than it takes: {plan}"
+                );
+            }
             Dialect::Postgres => {
                 assert!(
                     plan.contains("Index Scan using task_run_claim_idx on task_run t"),
@@ -612,7 +651,7 @@ async fn claims_read_the_claim_index_in_order(db: &TestDb) {
                     "{name} reads no more than it takes: {plan}"
                 );
             }
-            _ => {
+            Dialect::MySql => {
                 assert!(plan.contains("table=t key=task_run_claim_idx"), "{plan}");
                 assert!(
                     !plan.contains("temporary") && !plan.contains("filesort"),

@@ -92,6 +92,18 @@ pub enum DedupError {
         /// The state the task is actually in.
         status: TaskStatus,
     },
+    /// An operator's retry ([`TaskAdmin::retry_task`](crate::TaskAdmin::retry_task))
+    /// would have put the task back in the queue while another task holds its key: the
+    /// unique index refused it, the task is unchanged, and `holder` is the task that
+    /// holds the key (as read right after the refusal). Cancel or wait for the holder,
+    /// or leave it: it does the work.
+    #[error("cannot retry task {id}: its key is held by task {}", .holder.id)]
+    KeyHeld {
+        /// The task that was to be retried.
+        id: Uuid,
+        /// The task holding its key.
+        holder: Box<crate::task_run::Model>,
+    },
     /// The task is running, but under another worker's lease (it was reaped and claimed
     /// again). The row is unchanged.
     #[error(
@@ -294,6 +306,12 @@ pub enum Transition {
     Cancel,
     /// `release`: running → queued, the attempt not counted.
     Release,
+    /// `retry` (an operator's, [`TaskAdmin::retry_task`](crate::TaskAdmin::retry_task)):
+    /// failed or cancelled → queued.
+    Retry,
+    /// `delete` ([`TaskAdmin::delete_task`](crate::TaskAdmin::delete_task)): a finished
+    /// task removed.
+    Delete,
 }
 
 impl fmt::Display for Transition {
@@ -304,6 +322,8 @@ impl fmt::Display for Transition {
             Transition::Fail => "fail",
             Transition::Cancel => "cancel",
             Transition::Release => "release",
+            Transition::Retry => "retry",
+            Transition::Delete => "delete",
         })
     }
 }

@@ -99,6 +99,16 @@
 //! worker that declares it enqueues each tick as a [`Scope::Period`] task whose window is
 //! the tick's, and the unique index keeps one task per tick.
 //!
+//! # Seeing and steering the queue
+//!
+//! [`TaskAdmin`], on the same handles: [`list_tasks`](TaskAdmin::list_tasks) with a
+//! [`TaskFilter`] (statuses, type, user, key prefix, creation time) in keyset pages
+//! ([`Cursor`]), [`counts`](TaskAdmin::counts), [`throughput`](TaskAdmin::throughput),
+//! [`oldest_queued`](TaskAdmin::oldest_queued); [`retry_task`](TaskAdmin::retry_task)
+//! (the unique index decides: a task whose key another task holds is left as it is and
+//! [`DedupError::KeyHeld`] names the holder), `cancel_task`, `delete_task`, and the same
+//! in bulk by filter with a limit ([`BulkOutcome`]).
+//!
 //! # Errors
 //!
 //! One error type, [`DedupError`]; invalid input is rejected before any SQL runs. A lost
@@ -130,6 +140,7 @@ compile_error!(
      (with `default-features = false`, add the ones your application connects to)"
 );
 
+mod admin;
 mod backoff;
 mod bulk;
 mod connect;
@@ -158,6 +169,10 @@ mod validate;
 #[cfg(feature = "worker")]
 mod worker;
 
+pub use admin::{
+    BulkOutcome, Cursor, DEFAULT_PAGE_SIZE, ListTasks, MAX_ADMIN_BATCH, MinuteCounts, OldestQueued,
+    Order, Page, StatusCount, TaskAdmin, TaskFilter, Throughput,
+};
 pub use backoff::{Retry, RetryPolicy};
 pub use connect::{DEFAULT_MAX_CONNECTIONS, SQLITE_BUSY_TIMEOUT, connect, connect_with};
 pub use connection::{DEFAULT_RETRY_BUDGET, DedupConnection, WithRetryBudget};

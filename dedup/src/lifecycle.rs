@@ -520,6 +520,9 @@ impl Op<'_> {
             Op::Plain(Transition::Cancel, ..) => "cancel",
             Op::Plain(Transition::Fail, ..) | Op::Fail { .. } => "fail",
             Op::Plain(Transition::Release, ..) | Op::Release { .. } => "release",
+            // The admin's own (`crate::admin`), never run as a lifecycle operation.
+            Op::Plain(Transition::Retry, ..) => "retry",
+            Op::Plain(Transition::Delete, ..) => "delete",
         }
     }
 

@@ -24,6 +24,8 @@ pub enum InvalidReason {
     ContainsNul,
     /// A number or duration outside what the operation accepts.
     OutOfRange(&'static str),
+    /// Text that does not have the expected form (which the message names).
+    Malformed(&'static str),
 }
 
 impl fmt::Display for InvalidReason {
@@ -35,6 +37,7 @@ impl fmt::Display for InvalidReason {
             }
             InvalidReason::ContainsNul => f.write_str("must not contain NUL bytes"),
             InvalidReason::OutOfRange(expected) => write!(f, "out of range: {expected}"),
+            InvalidReason::Malformed(expected) => write!(f, "malformed: expected {expected}"),
         }
     }
 }

@@ -10,6 +10,12 @@
 //! else `DATABASE_URL` from a `.env` file in the current directory or above (the order
 //! sea-orm-cli uses), else the SQLite file `task_dedup.db` in the current directory.
 //! `-s/--database-schema` (or `DATABASE_SCHEMA`) sets PostgreSQL's search path.
+//!
+//! A database it cannot reach fails within seconds with one line naming the cause
+//! (connection refused, unknown host, no answer, authentication failed, no such
+//! database) and exit status 1.
+
+mod probe;
 
 use clap::{Parser, Subcommand};
 use sea_orm_migration::MigratorTrait;
@@ -75,8 +81,15 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     setup_tracing(cli.verbose);
     let url = cli.database_url.unwrap_or_else(|| DEFAULT_URL.to_owned());
     eprintln!("task-dedup-migrate: database {}", redacted(&url));
+    if let Err(cause) = probe::probe(&url).await {
+        return Err(format!("cannot connect to {}: {cause}", redacted(&url)).into());
+    }
     let mut options = ConnectOptions::new(url);
-    options.sqlx_logging(cli.verbose);
+    // Reachable a moment ago: a pool that still cannot connect says so soon.
+    options
+        .sqlx_logging(cli.verbose)
+        .connect_timeout(probe::PROBE_TIMEOUT)
+        .acquire_timeout(probe::PROBE_TIMEOUT);
     if let Some(schema) = cli.database_schema {
         options.set_schema_search_path(schema);
     }

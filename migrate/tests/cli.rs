@@ -277,3 +277,88 @@ fn without_any_url_the_embedded_sqlite_file_is_used() {
     let out = migrate(dir.path(), &["status"], &[]);
     assert!(stderr(&out).contains("Applied"), "{}", stderr(&out));
 }
+
+/// Runs the binary in `dir` with `args` and a clean environment, expecting it to fail;
+/// returns its stderr's last line, after checking that it failed with status 1 and one
+/// line of error, neither a panic nor a backtrace.
+fn migrate_failing(dir: &Path, args: &[&str]) -> String {
+    let output = Command::new(BIN)
+        .args(args)
+        .current_dir(dir)
+        .env_remove("DATABASE_URL")
+        .env_remove("DATABASE_SCHEMA")
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .expect("run task-dedup-migrate");
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{args:?}: {err}");
+    assert!(
+        !err.contains("panicked") && !err.contains("backtrace"),
+        "{err}"
+    );
+    let errors: Vec<&str> = err
+        .lines()
+        .filter(|line| line.starts_with("task-dedup-migrate: cannot connect"))
+        .collect();
+    assert_eq!(errors.len(), 1, "{err}");
+    assert_eq!(err.lines().last(), Some(errors[0]), "{err}");
+    errors[0].to_owned()
+}
+
+/// An unreachable database fails at once with the cause, not after the pool's 30 s
+/// acquire timeout with "pool timed out".
+#[test]
+fn an_unreachable_database_fails_at_once_naming_the_cause() {
+    let dir = Scratch::new("unreachable");
+    for (url, cause) in [
+        (
+            "postgres://nobody@127.0.0.1:5999/x",
+            "connection refused by 127.0.0.1:5999",
+        ),
+        (
+            "mysql://nobody@127.0.0.1:5999/x",
+            "connection refused by 127.0.0.1:5999",
+        ),
+        (
+            "postgres://nobody@no-such-host.invalid/x",
+            "unknown host \"no-such-host.invalid\"",
+        ),
+        ("ftp://example/x", "unsupported database URL scheme \"ftp\""),
+        ("not a url", "not a database URL"),
+    ] {
+        let line = migrate_failing(dir.path(), &["-u", url, "status"]);
+        assert!(line.contains(cause), "{url}: {line}");
+    }
+    assert!(dir.files().is_empty(), "{:?}", dir.files());
+}
+
+/// The server's refusals: a user it does not know, a database that does not exist.
+#[test]
+fn refusals_by_the_server_name_the_cause() {
+    let dir = Scratch::new("refused");
+    let mut cases = Vec::new();
+    if let Some(admin) = postgres_admin_url() {
+        cases.push((
+            with_database(&admin, "x").replacen("postgres@", "nobody@", 1),
+            "authentication failed",
+        ));
+        cases.push((
+            with_database(&admin, "task_dedup_no_such_db"),
+            "no such database",
+        ));
+    }
+    if let Ok(admin) = std::env::var("TASK_DEDUP_MYSQL_URL") {
+        cases.push((
+            with_database(&admin, "x").replacen("root@", "nobody@", 1),
+            "authentication failed",
+        ));
+        cases.push((
+            with_database(&admin, "task_dedup_no_such_db"),
+            "no such database",
+        ));
+    }
+    for (url, cause) in cases {
+        let line = migrate_failing(dir.path(), &["-u", &url, "status"]);
+        assert!(line.contains(cause), "{url}: {line}");
+    }
+}

@@ -35,6 +35,7 @@
 //! | `m20261130_000004_task_dedup_scopes` | `scope`, `dedup_window_end`, the unique index rebuilt to read them |
 //! | `m20261201_000005_task_dedup_serial_per_key` | `concurrent`, the unique index over running tasks per key (one run per key) |
 //! | `m20261202_000006_task_dedup_maintenance` | `task_run_finished_idx` (the pruner's batches), the table `task_dedup_paused` (paused task types) |
+//! | `m20261202_000007_task_dedup_admin` | the admin API's list indexes (by status, by type and status, by creation time) and the index of finished times |
 //!
 //! # Features
 //! - `sqlite`, `postgres`, `mysql` (all default): the dialects, forwarded to
@@ -71,6 +72,7 @@ mod m20261130_000003_task_dedup_scheduling;
 mod m20261130_000004_task_dedup_scopes;
 mod m20261201_000005_task_dedup_serial_per_key;
 mod m20261202_000006_task_dedup_maintenance;
+mod m20261202_000007_task_dedup_admin;
 mod sql;
 
 pub use compat::{ColumnProblem, CompatReport, SchemaError, ensure_schema};
@@ -88,6 +90,7 @@ pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
         Box::new(m20261130_000004_task_dedup_scopes::Migration),
         Box::new(m20261201_000005_task_dedup_serial_per_key::Migration),
         Box::new(m20261202_000006_task_dedup_maintenance::Migration),
+        Box::new(m20261202_000007_task_dedup_admin::Migration),
     ]
 }
 

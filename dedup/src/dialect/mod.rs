@@ -11,6 +11,8 @@ use std::borrow::Cow;
 
 use sea_orm::{DbBackend, DbErr};
 
+pub(crate) use self::admin::{Admin, ListShape};
+
 /// Every column of `task_run` the entity maps, in table order: what lookups select and
 /// writes return. (The MySQL/MariaDB generated column stays out.)
 macro_rules! columns {
@@ -49,6 +51,7 @@ macro_rules! row_placeholders {
     };
 }
 
+pub(crate) mod admin;
 #[cfg(feature = "mysql")]
 pub(crate) mod mysql;
 #[cfg(feature = "postgres")]
@@ -266,6 +269,17 @@ impl Dialect {
             Dialect::Sqlite => &sqlite::ENDINGS,
             #[cfg(feature = "mysql")]
             Dialect::MySql => &mysql::ENDINGS,
+        }
+    }
+
+    pub(crate) fn admin(self) -> &'static Admin {
+        match self {
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => &postgres::ADMIN,
+            #[cfg(feature = "sqlite")]
+            Dialect::Sqlite => &sqlite::ADMIN,
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => &mysql::ADMIN,
         }
     }
 
@@ -627,6 +641,28 @@ mod tests {
             "{}\nended_by:\n{ended_by}\n",
             render_endings(&mysql::ENDINGS)
         ));
+    }
+
+    // The admin API's statements and a few list shapes, pinned like the others.
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn postgres_admin_statements_are_pinned() {
+        let dialect = Dialect::Postgres;
+        insta::assert_snapshot!(admin::tests::render(dialect, dialect.admin()));
+    }
+
+    #[cfg(feature = "sqlite")]
+    #[test]
+    fn sqlite_admin_statements_are_pinned() {
+        let dialect = Dialect::Sqlite;
+        insta::assert_snapshot!(admin::tests::render(dialect, dialect.admin()));
+    }
+
+    #[cfg(feature = "mysql")]
+    #[test]
+    fn mysql_admin_statements_are_pinned() {
+        let dialect = Dialect::MySql;
+        insta::assert_snapshot!(admin::tests::render(dialect, dialect.admin()));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::borrow::Cow;
 use sea_orm::sqlx::mysql::MySqlDatabaseError;
 use task_dedup_entity::task_run::{ACTIVE_RESOURCE_UIDX, RUNNING_RESOURCE_UIDX};
 
-use super::{Bulk, Endings, Guarded, Kind, Statements, repeat, squeeze};
+use super::{Admin, Bulk, Endings, Guarded, Kind, Statements, repeat, squeeze};
 
 pub(crate) const STATEMENTS: Statements = Statements {
     // A plain INSERT, and the duplicate-key error on our index means "held". Not
@@ -386,3 +386,50 @@ fn names_index(message: &str, index: &str) -> bool {
         .and_then(|m| m.strip_suffix(index))
         .is_some_and(|m| m.ends_with('\'') || m.ends_with('.'))
 }
+
+/// The admin API's statements (`crate::admin`; lists are built in `dialect::admin`).
+/// Minutes are counted from the epoch with `TIMESTAMPDIFF`, not `UNIX_TIMESTAMP`, which
+/// would read the UTC `datetime(6)` values in the session's time zone.
+pub(crate) const ADMIN: Admin = Admin {
+    now: "SELECT UTC_TIMESTAMP(6) AS now",
+    // No RETURNING: the row is read by id in the same transaction.
+    retry: "UPDATE task_run SET status = 'queued', attempts = 0, lease_owner = NULL, \
+            lease_expires_at = NULL, finished_at = NULL, run_at = UTC_TIMESTAMP(6), \
+            updated_at = UTC_TIMESTAMP(6) \
+            WHERE id = ? AND status IN ('failed', 'cancelled')",
+    delete: "DELETE FROM task_run WHERE id = ? AND status IN ('succeeded', 'failed', 'cancelled')",
+    counts: "SELECT task_type, status, COUNT(*) AS n FROM task_run \
+             GROUP BY task_type, status ORDER BY task_type, status",
+    // The window's start from the clock: the minute 59 minutes ago.
+    throughput: "SELECT 'created' AS what, \
+                 TIMESTAMPDIFF(MINUTE, '1970-01-01 00:00:00', created_at) AS minute, \
+                 COUNT(*) AS n FROM task_run \
+                 WHERE created_at >= DATE_FORMAT(UTC_TIMESTAMP(), '%Y-%m-%d %H:%i:00') \
+                 - INTERVAL 59 MINUTE GROUP BY 2 \
+                 UNION ALL SELECT status, \
+                 TIMESTAMPDIFF(MINUTE, '1970-01-01 00:00:00', finished_at), COUNT(*) \
+                 FROM task_run \
+                 WHERE finished_at >= DATE_FORMAT(UTC_TIMESTAMP(), '%Y-%m-%d %H:%i:00') \
+                 - INTERVAL 59 MINUTE AND status IN ('succeeded', 'failed') GROUP BY 1, 2",
+    // MariaDB reads this with a loose index scan of `task_run_type_status_created_idx`
+    // ("Using index for group-by"): one entry per type.
+    oldest_queued: "SELECT task_type, MIN(created_at) AS oldest FROM task_run \
+                    WHERE status = 'queued' GROUP BY task_type ORDER BY task_type",
+    // Counts the rows matched (sqlx sets CLIENT_FOUND_ROWS): with the status in the
+    // condition, those are the rows changed.
+    cancel_many: |rows| {
+        Cow::Owned(format!(
+            "UPDATE task_run SET status = 'cancelled', error = ?, lease_expires_at = NULL, \
+             finished_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) \
+             WHERE id IN ({ids}) AND status IN ('queued', 'running')",
+            ids = repeat("?", rows)
+        ))
+    },
+    delete_many: |rows| {
+        Cow::Owned(format!(
+            "DELETE FROM task_run WHERE id IN ({ids}) \
+             AND status IN ('succeeded', 'failed', 'cancelled')",
+            ids = repeat("?", rows)
+        ))
+    },
+};

@@ -12,7 +12,7 @@ use sea_orm::sqlx::error::DatabaseError;
 use sea_orm::sqlx::sqlite::SqliteError;
 use task_dedup_entity::{occupies_key_sql, runs_serially_sql};
 
-use super::{Bulk, Endings, Guarded, Kind, Returning, Statements, repeat, squeeze};
+use super::{Admin, Bulk, Endings, Guarded, Kind, Returning, Statements, repeat, squeeze};
 
 /// running → succeeded, up to `RETURNING`.
 macro_rules! complete {
@@ -28,6 +28,13 @@ macro_rules! complete {
 /// which tasks they select ([`claim_end!`] closes both).
 ///
 /// A paused type's tasks are not due (`task_dedup_paused`, read once per claim).
+///
+/// `+run_at`: the unary plus keeps `run_at` out of the index's search, so the claim
+/// index is read in order from `status = 'queued'` and the scan stops at the limit.
+/// With statistics (`ANALYZE`, or `PRAGMA optimize` as SQLite advises), SQLite 3.40
+/// (Debian 12's, which `sqlx`'s `sqlite-unbundled` links) planned a skip-scan over
+/// `status` and `priority` with `run_at` as a range instead, and sorted every due task
+/// for each claim. The bundled SQLite (3.50) reads the index in order either way.
 ///
 /// One run per key: a task is due only if no task of its key runs (a probe of
 /// `task_running_resource_uidx`, whose predicate it repeats so that SQLite uses it),
@@ -46,7 +53,7 @@ macro_rules! claim_set {
              FROM (SELECT id, user_id, task_type, resource_key, concurrent, priority, run_at, \
              created_at FROM task_run t \
              WHERE status = 'queued' \
-             AND run_at <= strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', '+0.001 seconds') \
+             AND +run_at <= strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', '+0.001 seconds') \
              AND task_type NOT IN (SELECT task_type FROM task_dedup_paused) \
              AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
              WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
@@ -357,6 +364,51 @@ pub(crate) fn seconds_modifier(micros: i64) -> String {
     let abs = micros.unsigned_abs();
     format!("{sign}{}.{:06} seconds", abs / 1_000_000, abs % 1_000_000)
 }
+
+/// The admin API's statements (`crate::admin`; lists are built in `dialect::admin`).
+/// Minutes come from `strftime('%s', ...)`, which reads the stored RFC 3339 text.
+pub(crate) const ADMIN: Admin = Admin {
+    now: "SELECT strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') AS now",
+    retry: concat!(
+        "UPDATE task_run SET status = 'queued', attempts = 0, lease_owner = NULL, \
+         lease_expires_at = NULL, finished_at = NULL, \
+         run_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
+         updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
+         WHERE id = ? AND status IN ('failed', 'cancelled') RETURNING ",
+        columns!()
+    ),
+    delete: "DELETE FROM task_run WHERE id = ? AND status IN ('succeeded', 'failed', 'cancelled')",
+    counts: "SELECT task_type, status, COUNT(*) AS n FROM task_run \
+             GROUP BY task_type, status ORDER BY task_type, status",
+    // The window's start from the clock (the minute 59 minutes ago), compared as text
+    // with the stored RFC 3339 values.
+    throughput: "SELECT 'created' AS what, CAST(strftime('%s', created_at) AS INTEGER) / 60 AS minute, \
+                 COUNT(*) AS n FROM task_run \
+                 WHERE created_at >= strftime('%Y-%m-%dT%H:%M:00+00:00', 'now', '-59 minutes') \
+                 GROUP BY 2 \
+                 UNION ALL SELECT status, CAST(strftime('%s', finished_at) AS INTEGER) / 60, \
+                 COUNT(*) FROM task_run \
+                 WHERE finished_at >= strftime('%Y-%m-%dT%H:%M:00+00:00', 'now', '-59 minutes') \
+                 AND status IN ('succeeded', 'failed') GROUP BY 1, 2",
+    oldest_queued: "SELECT task_type, MIN(created_at) AS oldest FROM task_run \
+                    WHERE status = 'queued' GROUP BY task_type ORDER BY task_type",
+    cancel_many: |rows| {
+        Cow::Owned(format!(
+            "UPDATE task_run SET status = 'cancelled', error = ?, lease_expires_at = NULL, \
+             finished_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
+             updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
+             WHERE id IN ({ids}) AND status IN ('queued', 'running')",
+            ids = repeat("?", rows)
+        ))
+    },
+    delete_many: |rows| {
+        Cow::Owned(format!(
+            "DELETE FROM task_run WHERE id IN ({ids}) \
+             AND status IN ('succeeded', 'failed', 'cancelled')",
+            ids = repeat("?", rows)
+        ))
+    },
+};
 
 #[cfg(test)]
 mod tests {

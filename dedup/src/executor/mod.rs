@@ -7,6 +7,7 @@
 //! MySQL/MariaDB need instead (a write and the read of its row in one short transaction)
 //! live in [`mysql`].
 
+mod admin;
 pub(crate) mod args;
 mod conn;
 #[cfg(feature = "mysql")]
@@ -18,6 +19,7 @@ use std::collections::HashSet;
 use sea_orm::{DbBackend, FromQueryResult, QueryResult};
 use uuid::Uuid;
 
+pub(crate) use self::admin::ListArgs;
 use self::args::Arg;
 pub(crate) use self::conn::Pool;
 use self::conn::{Conn, Txn};
@@ -84,6 +86,8 @@ pub(crate) enum Change<'a> {
     Cancel { reason: &'a str },
     /// running → queued, the attempt not counted.
     Release { worker_id: &'a str },
+    /// failed or cancelled → queued, due now (an operator's retry, `crate::admin`).
+    Requeue,
 }
 
 /// A batch of a worker's task endings of one shape, each with its (validated) value:
@@ -159,6 +163,7 @@ impl<'a> Change<'a> {
             ),
             Change::Cancel { reason } => (s.cancel, vec![Arg::Str(reason), Arg::Uuid(id)]),
             Change::Release { worker_id } => (s.release, vec![Arg::Uuid(id), Arg::Str(worker_id)]),
+            Change::Requeue => (dialect.admin().retry, vec![Arg::Uuid(id)]),
         }
     }
 }

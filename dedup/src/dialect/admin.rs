@@ -1,0 +1,219 @@
+//! The admin API's statements ([`Admin`]: whole texts, one per dialect in its file) and
+//! the one statement built from parts: a list of tasks ([`list`]), whose filters are each
+//! there or not. Its parts are fixed texts chosen by a [`ListShape`] (which clauses, how
+//! many statuses), never by values: every value is a bound parameter, so the number of
+//! distinct texts is bounded (each dialect's are pinned by the snapshot tests for a few
+//! shapes).
+
+use std::borrow::Cow;
+
+use super::Dialect;
+
+/// What the admin API runs besides lists, per dialect. PostgreSQL and SQLite end their
+/// updates in `RETURNING` the row; MySQL/MariaDB read it by id in the same transaction.
+pub(crate) struct Admin {
+    /// The database's clock: one row, `now`.
+    pub now: &'static str,
+    /// failed or cancelled → queued, due now, attempts back to 0, the lease, the
+    /// lease's expiry and `finished_at` cleared (`error` stays: the last failure): id.
+    /// The unique index refuses it when another task holds the key.
+    pub retry: &'static str,
+    /// Deletes a finished task: id.
+    pub delete: &'static str,
+    /// The number of tasks per type and status: `task_type`, `status`, `n`.
+    pub counts: &'static str,
+    /// Tasks created, succeeded and failed per minute over the current minute and the 59
+    /// before it, by the database's clock: `what` (`created`, `succeeded`, `failed`),
+    /// `minute` (minutes since the Unix epoch), `n`. No parameters.
+    pub throughput: &'static str,
+    /// The oldest queued task of each type: `task_type`, `oldest`. No parameters.
+    pub oldest_queued: &'static str,
+    /// queued or running → cancelled, for `rows` ids: the reason, then the ids
+    /// (PostgreSQL: one array). Counts the rows it changed.
+    pub cancel_many: fn(usize) -> Cow<'static, str>,
+    /// Deletes the finished tasks of `rows` ids: the ids (PostgreSQL: one array).
+    pub delete_many: fn(usize) -> Cow<'static, str>,
+}
+
+/// Which clauses a list has. Their values are bound in this order: the statuses, the
+/// task type, the user, the key prefix (SQLite: its length in characters, then the
+/// prefix), created from, created before, the cursor (`created_at`, `id`; MySQL/MariaDB:
+/// `created_at`, `created_at`, `created_at`, `id`), the limit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ListShape {
+    /// How many statuses (0: any).
+    pub statuses: usize,
+    pub task_type: bool,
+    pub user_id: bool,
+    pub key_prefix: bool,
+    pub created_from: bool,
+    pub created_before: bool,
+    /// A cursor: the page after it.
+    pub after: bool,
+    /// Newest first (else oldest first).
+    pub newest_first: bool,
+}
+
+/// Numbers placeholders as the dialect writes them: `$1, $2, ...` on PostgreSQL, `?`
+/// elsewhere.
+struct Placeholders {
+    dialect: Dialect,
+    next: usize,
+}
+
+impl Placeholders {
+    fn take(&mut self) -> String {
+        self.next += 1;
+        match self.dialect {
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => format!("${}", self.next),
+            #[allow(unreachable_patterns)]
+            _ => "?".to_owned(),
+        }
+    }
+}
+
+/// The list statement of `shape`: the filters ANDed, ordered by `(created_at, id)` one
+/// way or the other, the page after the cursor, `LIMIT`. The indexes of the admin
+/// migration serve it: `(task_type, status, created_at, id)` with a type,
+/// `(status, created_at, id)` with a status, `(created_at, id)` otherwise.
+pub(crate) fn list(dialect: Dialect, shape: ListShape) -> String {
+    let mut p = Placeholders { dialect, next: 0 };
+    let mut conditions: Vec<String> = Vec::new();
+    match shape.statuses {
+        0 => {}
+        1 => conditions.push(format!("status = {}", p.take())),
+        n => {
+            let list: Vec<String> = (0..n).map(|_| p.take()).collect();
+            conditions.push(format!("status IN ({})", list.join(", ")));
+        }
+    }
+    if shape.task_type {
+        conditions.push(format!("task_type = {}", p.take()));
+    }
+    if shape.user_id {
+        conditions.push(format!("user_id = {}", p.take()));
+    }
+    if shape.key_prefix {
+        conditions.push(key_prefix(dialect, &mut p));
+    }
+    if shape.created_from {
+        conditions.push(format!("created_at >= {}", p.take()));
+    }
+    if shape.created_before {
+        conditions.push(format!("created_at < {}", p.take()));
+    }
+    let (direction, beyond) = if shape.newest_first {
+        ("DESC", "<")
+    } else {
+        ("ASC", ">")
+    };
+    if shape.after {
+        conditions.push(after(dialect, beyond, &mut p));
+    }
+    let filter = if conditions.is_empty() {
+        String::new()
+    } else {
+        format!(" WHERE {}", conditions.join(" AND "))
+    };
+    format!(
+        concat!(
+            "SELECT ",
+            columns!(),
+            " FROM task_run{filter} ORDER BY created_at {dir}, id {dir} LIMIT {limit}"
+        ),
+        filter = filter,
+        dir = direction,
+        limit = p.take()
+    )
+}
+
+/// Keys that start with a prefix, byte for byte as keys compare.
+fn key_prefix(dialect: Dialect, p: &mut Placeholders) -> String {
+    match dialect {
+        // SQLite's LIKE ignores ASCII case: compare the first characters instead (its
+        // length in characters, then the prefix).
+        #[cfg(feature = "sqlite")]
+        Dialect::Sqlite => format!("substr(resource_key, 1, {}) = {}", p.take(), p.take()),
+        // A LIKE pattern whose wildcards in the prefix are escaped with `!` (not `\`,
+        // which MySQL's string literals would need doubled unless NO_BACKSLASH_ESCAPES
+        // is set). PostgreSQL's LIKE and MySQL's on VARBINARY compare exactly.
+        #[allow(unreachable_patterns)]
+        _ => format!("resource_key LIKE {} ESCAPE '!'", p.take()),
+    }
+}
+
+/// The rows beyond the cursor in the list's order (`<` newest first, `>` oldest first).
+fn after(dialect: Dialect, beyond: &str, p: &mut Placeholders) -> String {
+    match dialect {
+        // A row comparison is not a range MariaDB's optimizer reads an index with: the
+        // same condition spelled out, with `created_at` bounded first so that the index
+        // scan starts at the cursor.
+        #[cfg(feature = "mysql")]
+        Dialect::MySql => format!(
+            "created_at {beyond}= {} AND (created_at {beyond} {} OR (created_at = {} AND id {beyond} {}))",
+            p.take(),
+            p.take(),
+            p.take(),
+            p.take()
+        ),
+        // PostgreSQL and SQLite read a row comparison as an index range.
+        #[allow(unreachable_patterns)]
+        _ => format!("(created_at, id) {beyond} ({}, {})", p.take(), p.take()),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// The shapes the snapshots pin: none, one of each clause, all of them.
+    pub(crate) fn render(dialect: Dialect, admin: &Admin) -> String {
+        let shapes = [
+            (
+                "list_all_newest",
+                ListShape {
+                    newest_first: true,
+                    ..ListShape::default()
+                },
+            ),
+            (
+                "list_status_type_newest_after",
+                ListShape {
+                    statuses: 1,
+                    task_type: true,
+                    after: true,
+                    newest_first: true,
+                    ..ListShape::default()
+                },
+            ),
+            (
+                "list_every_filter_oldest_after",
+                ListShape {
+                    statuses: 2,
+                    task_type: true,
+                    user_id: true,
+                    key_prefix: true,
+                    created_from: true,
+                    created_before: true,
+                    after: true,
+                    newest_first: false,
+                },
+            ),
+        ];
+        let mut out = vec![
+            format!("now:\n{}\n", admin.now),
+            format!("retry:\n{}\n", admin.retry),
+            format!("delete:\n{}\n", admin.delete),
+            format!("counts:\n{}\n", admin.counts),
+            format!("throughput:\n{}\n", admin.throughput),
+            format!("oldest_queued:\n{}\n", admin.oldest_queued),
+            format!("cancel_many:\n{}\n", (admin.cancel_many)(2)),
+            format!("delete_many:\n{}\n", (admin.delete_many)(2)),
+        ];
+        for (name, shape) in shapes {
+            out.push(format!("{name}:\n{}\n", list(dialect, shape)));
+        }
+        out.join("\n")
+    }
+}

@@ -1,0 +1,198 @@
+//! The admin API's statements: lists built for their shape ([`ListShape`]) with their
+//! values bound in its order, the counts and times of the overview, and the bulk
+//! actions on a list of ids.
+
+use uuid::Uuid;
+
+use super::Executor;
+use super::args::{self, Arg};
+use crate::dialect::{Dialect, Failure, ListShape, admin};
+use crate::task_run;
+
+type Time = chrono::DateTime<chrono::Utc>;
+
+/// A list's filters, validated: what [`Executor::list`] binds.
+pub(crate) struct ListArgs<'a> {
+    /// Statuses, any when empty.
+    pub statuses: &'a [&'static str],
+    pub task_type: Option<&'a str>,
+    pub user_id: Option<&'a str>,
+    /// Keys that start with this, byte for byte.
+    pub key_prefix: Option<&'a str>,
+    pub created_from: Option<Time>,
+    pub created_before: Option<Time>,
+    /// The page after this position (`created_at`, `id`) in the list's order.
+    pub after: Option<(Time, Uuid)>,
+    pub newest_first: bool,
+    pub limit: i64,
+}
+
+impl ListArgs<'_> {
+    fn shape(&self) -> ListShape {
+        ListShape {
+            statuses: self.statuses.len(),
+            task_type: self.task_type.is_some(),
+            user_id: self.user_id.is_some(),
+            key_prefix: self.key_prefix.is_some(),
+            created_from: self.created_from.is_some(),
+            created_before: self.created_before.is_some(),
+            after: self.after.is_some(),
+            newest_first: self.newest_first,
+        }
+    }
+
+    /// The values, in the order [`ListShape`] documents.
+    fn values(&self, dialect: Dialect) -> Vec<Arg<'_>> {
+        let mut values: Vec<Arg<'_>> = self.statuses.iter().map(|s| Arg::Str(s)).collect();
+        values.extend(self.task_type.map(Arg::Str));
+        values.extend(self.user_id.map(Arg::Str));
+        if let Some(prefix) = self.key_prefix {
+            match dialect {
+                #[cfg(feature = "sqlite")]
+                Dialect::Sqlite => {
+                    let chars = prefix.chars().count() as i64;
+                    values.extend([Arg::I64(chars), Arg::Str(prefix)]);
+                }
+                #[allow(unreachable_patterns)]
+                _ => values.push(Arg::String(like_prefix(prefix))),
+            }
+        }
+        values.extend(self.created_from.map(Arg::Time));
+        values.extend(self.created_before.map(Arg::Time));
+        if let Some((created_at, id)) = self.after {
+            match dialect {
+                #[cfg(feature = "mysql")]
+                Dialect::MySql => values.extend([
+                    Arg::Time(created_at),
+                    Arg::Time(created_at),
+                    Arg::Time(created_at),
+                    Arg::Uuid(id),
+                ]),
+                #[allow(unreachable_patterns)]
+                _ => values.extend([Arg::Time(created_at), Arg::Uuid(id)]),
+            }
+        }
+        values.push(Arg::I64(self.limit));
+        values
+    }
+}
+
+/// A LIKE pattern matching the strings that start with `prefix`: its `!`, `%` and `_`
+/// escaped with `!` (the statements' `ESCAPE '!'`), then `%`.
+pub(crate) fn like_prefix(prefix: &str) -> String {
+    let mut pattern = String::with_capacity(prefix.len() + 2);
+    for c in prefix.chars() {
+        if matches!(c, '!' | '%' | '_') {
+            pattern.push('!');
+        }
+        pattern.push(c);
+    }
+    pattern.push('%');
+    pattern
+}
+
+impl Executor<'_> {
+    /// One page of tasks.
+    pub(crate) async fn list(
+        &mut self,
+        list: &ListArgs<'_>,
+    ) -> Result<Vec<task_run::Model>, Failure> {
+        let sql = admin::list(self.dialect, list.shape());
+        let values = list.values(self.dialect);
+        self.tasks(sql, values).await
+    }
+
+    /// The database's clock.
+    pub(crate) async fn now(&mut self) -> Result<Time, Failure> {
+        let rows = self.rows(self.dialect.admin().now, vec![]).await?;
+        let row = rows.first().ok_or_else(|| {
+            Failure::from(sea_orm::DbErr::Custom(
+                "task-dedup: the clock query returned no row".to_owned(),
+            ))
+        })?;
+        Ok(row.try_get("", "now")?)
+    }
+
+    /// The number of tasks per (type, status).
+    pub(crate) async fn counts(&mut self) -> Result<Vec<(String, String, i64)>, Failure> {
+        let rows = self.rows(self.dialect.admin().counts, vec![]).await?;
+        Ok(rows
+            .iter()
+            .map(|row| {
+                Ok((
+                    row.try_get("", "task_type")?,
+                    row.try_get("", "status")?,
+                    row.try_get("", "n")?,
+                ))
+            })
+            .collect::<Result<_, sea_orm::DbErr>>()?)
+    }
+
+    /// Tasks created, succeeded and failed per minute over the last hour: (what, minute
+    /// since the epoch, count).
+    pub(crate) async fn throughput(&mut self) -> Result<Vec<(String, i64, i64)>, Failure> {
+        let rows = self.rows(self.dialect.admin().throughput, vec![]).await?;
+        Ok(rows
+            .iter()
+            .map(|row| {
+                Ok((
+                    row.try_get("", "what")?,
+                    row.try_get("", "minute")?,
+                    row.try_get("", "n")?,
+                ))
+            })
+            .collect::<Result<_, sea_orm::DbErr>>()?)
+    }
+
+    /// The creation time of the oldest queued task of each type.
+    pub(crate) async fn oldest_queued(&mut self) -> Result<Vec<(String, Time)>, Failure> {
+        let rows = self
+            .rows(self.dialect.admin().oldest_queued, vec![])
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|row| Ok((row.try_get("", "task_type")?, row.try_get("", "oldest")?)))
+            .collect::<Result<_, sea_orm::DbErr>>()?)
+    }
+
+    /// Deletes task `id` if it is finished; whether it did.
+    pub(crate) async fn delete(&mut self, id: Uuid) -> Result<bool, Failure> {
+        let deleted = self
+            .affected(self.dialect.admin().delete, vec![Arg::Uuid(id)])
+            .await?;
+        Ok(deleted == 1)
+    }
+
+    /// Cancels those of `ids` that are queued or running, with `reason`; how many.
+    pub(crate) async fn cancel_many(&mut self, reason: &str, ids: &[Uuid]) -> Result<u64, Failure> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let mut values = vec![Arg::Str(reason)];
+        values.extend(args::ids(self.dialect, ids));
+        let sql = (self.dialect.admin().cancel_many)(ids.len());
+        self.affected(sql, values).await
+    }
+
+    /// Deletes those of `ids` that are finished; how many.
+    pub(crate) async fn delete_many(&mut self, ids: &[Uuid]) -> Result<u64, Failure> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let values = args::ids(self.dialect, ids);
+        let sql = (self.dialect.admin().delete_many)(ids.len());
+        self.affected(sql, values).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn like_wildcards_in_a_prefix_are_escaped() {
+        assert_eq!(like_prefix("a"), "a%");
+        assert_eq!(like_prefix("50%_off!"), "50!%!_off!!%");
+        assert_eq!(like_prefix("café/"), "café/%");
+    }
+}
