@@ -1,5 +1,5 @@
-//! Maintenance: `task_run_finished_idx` over `(status, finished_at)` of finished tasks,
-//! which serves the pruner's batches (the oldest finished tasks of one status first), and
+//! Maintenance: `task_run_finished_idx` over `(status, finished_at)`, which serves the
+//! pruner's batches (the oldest finished tasks of one status first), and
 //! `task_dedup_paused`, the task types whose tasks no worker claims while they are in it.
 //!
 //! Frozen once released: this file states its DDL per dialect and never changes.
@@ -11,17 +11,14 @@ use sea_orm_migration::prelude::*;
 
 use crate::sql::{self, Dialect};
 
-/// Adds `task_run_finished_idx` (PostgreSQL, SQLite: of finished tasks only) and the
-/// table `task_dedup_paused`.
+/// Adds `task_run_finished_idx` and the table `task_dedup_paused`.
 #[derive(DeriveMigrationName)]
 pub struct Migration;
 
 const FINISHED_IDX: &str = "task_run_finished_idx";
 
-/// Partial: queued and running tasks (every insert, every claim) never write to it, and
-/// claims never pick it over the claim index.
-const SQLITE_FINISHED_INDEX: &str = "CREATE INDEX \"task_run_finished_idx\" ON \"task_run\" \
-    (\"status\", \"finished_at\") WHERE status IN ('succeeded', 'failed', 'cancelled')";
+const SQLITE_FINISHED_INDEX: &str =
+    "CREATE INDEX \"task_run_finished_idx\" ON \"task_run\" (\"status\", \"finished_at\")";
 /// The type name byte for byte, as in `task_run` (SQLite compares text with BINARY).
 const SQLITE_PAUSED: &str = "CREATE TABLE IF NOT EXISTS \"task_dedup_paused\" ( \
     \"task_type\" varchar(64) NOT NULL PRIMARY KEY, \
@@ -31,9 +28,8 @@ const SQLITE_DOWN: [&str; 2] = [
     "DROP INDEX IF EXISTS \"task_run_finished_idx\"",
 ];
 
-/// Partial, as on SQLite.
-const POSTGRES_FINISHED_INDEX: &str = "CREATE INDEX task_run_finished_idx ON task_run \
-    (status, finished_at) WHERE status IN ('succeeded', 'failed', 'cancelled')";
+const POSTGRES_FINISHED_INDEX: &str =
+    "CREATE INDEX task_run_finished_idx ON task_run (status, finished_at)";
 const POSTGRES_PAUSED: &str = "CREATE TABLE IF NOT EXISTS task_dedup_paused ( \
     task_type varchar(64) NOT NULL PRIMARY KEY, \
     paused_at timestamp with time zone NOT NULL )";
@@ -42,7 +38,6 @@ const POSTGRES_DOWN: [&str; 2] = [
     "DROP INDEX IF EXISTS task_run_finished_idx",
 ];
 
-/// No partial indexes: every row has an entry.
 const MYSQL_FINISHED_INDEX: &str =
     "CREATE INDEX task_run_finished_idx ON task_run (status, finished_at)";
 /// `VARBINARY`, like `task_run.task_type`: type names compare byte for byte (4 bytes a

@@ -207,14 +207,12 @@ pub(crate) const STATEMENTS: Statements = Statements {
                    WHERE id = $2 AND status = 'running' \
                    AND lease_expires_at < statement_timestamp()",
     // A period task keeps its window until the window is over, finished or not. The
-    // oldest first, through `task_run_finished_idx`, whose predicate the literal
-    // `status IN (...)` repeats so that a generic plan (a bound status) can use it; SKIP
-    // LOCKED: pruners running at
+    // oldest first, through `task_run_finished_idx`; SKIP LOCKED: pruners running at
     // once from several workers take different rows instead of queueing behind each
     // other. `id = ANY(ARRAY(...))`: the batch is chosen once, then one primary-key
     // lookup per row.
     prune: "DELETE FROM task_run WHERE id = ANY(ARRAY(SELECT id FROM task_run \
-            WHERE status IN ('succeeded', 'failed', 'cancelled') AND status = $1 \
+            WHERE status = $1 \
             AND finished_at < statement_timestamp() + $2 * interval '1 microsecond' \
             AND dedup_window_end <= extract(epoch FROM statement_timestamp()) \
             ORDER BY finished_at LIMIT $3 FOR UPDATE SKIP LOCKED))",

@@ -157,12 +157,10 @@ pub(crate) const STATEMENTS: Statements = Statements {
                    WHERE id = ? AND status = 'running' \
                    AND lease_expires_at < strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now')",
     // A period task keeps its window until the window is over, finished or not.
-    // The oldest first, through `task_run_finished_idx`, whose predicate the literal
-    // `status IN (...)` repeats word for word (SQLite uses a partial index only for a
-    // query that has its terms). No row locks to skip: the statement runs under the
-    // database's write lock.
+    // The oldest first, through `task_run_finished_idx`. No row locks to skip: the
+    // statement runs under the database's write lock.
     prune: "DELETE FROM task_run WHERE id IN (SELECT id FROM task_run \
-            WHERE status IN ('succeeded', 'failed', 'cancelled') AND status = ? \
+            WHERE status = ? \
             AND finished_at < strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?) \
             AND dedup_window_end <= CAST(strftime('%s', 'now') AS INTEGER) \
             ORDER BY finished_at LIMIT ?)",
