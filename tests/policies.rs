@@ -431,8 +431,7 @@ async fn scheduled_tasks_wait_for_the_database_clock(db: &TestDb) {
     );
 }
 
-/// The claim's plan reads `task_run_claim_idx` in order, with no sort, on every dialect,
-/// with the paused types' filter the claims have.
+/// The claim's plan reads `task_run_claim_idx` in order, with no sort, on every dialect.
 async fn claim_plan_uses_the_claim_index(db: &TestDb) {
     db.migrate().await;
     for i in 0..3_000 {
@@ -450,28 +449,23 @@ async fn claim_plan_uses_the_claim_index(db: &TestDb) {
         .await
         .expect("seed");
     }
-    // The claims pass over paused types: the plan reads the paused table on the side.
-    db.db.pause("paused").await.expect("pause");
     let (analyze, explain) = match db.dialect {
         Dialect::Postgres => (
             "ANALYZE task_run",
             "EXPLAIN SELECT id FROM task_run WHERE status = 'queued' \
              AND run_at <= statement_timestamp() \
-             AND NOT ((task_type || '') = ANY(ARRAY(SELECT task_type FROM task_dedup_paused))) \
              ORDER BY priority DESC, run_at, created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED",
         ),
         Dialect::Sqlite => (
             "ANALYZE",
             "EXPLAIN QUERY PLAN SELECT id FROM task_run WHERE status = 'queued' \
              AND run_at <= strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
-             AND task_type NOT IN (SELECT task_type FROM task_dedup_paused) \
              ORDER BY priority DESC, run_at, created_at, id LIMIT 1",
         ),
         Dialect::MySql => (
             "ANALYZE TABLE task_run",
             "EXPLAIN SELECT id FROM task_run WHERE status = 'queued' \
              AND run_at <= UTC_TIMESTAMP(6) \
-             AND task_type NOT IN (SELECT task_type FROM task_dedup_paused) \
              ORDER BY priority DESC, run_at, created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED",
         ),
     };

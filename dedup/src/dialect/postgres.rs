@@ -57,12 +57,7 @@ macro_rules! replace_queued {
 ///
 /// A paused type's tasks are not due: the paused types are read once per claim (an
 /// InitPlan) into an array, which each candidate is checked against. Written as
-/// `NOT EXISTS` over `task_dedup_paused` instead, a drain ran 35 % slower (and the
-/// planner made it a hash anti join over every queued task, then a sort). The filter
-/// reads `task_type || ''`, an expression without statistics: on the bare column the
-/// planner estimated it from `task_type`'s statistics as if the paused types were the
-/// common ones, expected no row to pass with a few task types, and sorted every queued
-/// task instead of reading `task_run_claim_idx` in order (`claim_plan_uses_the_claim_index`).
+/// `NOT EXISTS` over `task_dedup_paused` instead, a drain ran 35 % slower.
 ///
 /// One run per key: a task is due only if no task of its key runs (a probe of
 /// `task_running_resource_uidx`, whose predicate it repeats), unless it is `concurrent`.
@@ -83,7 +78,7 @@ macro_rules! claim_set {
              FROM (SELECT id, user_id, task_type, resource_key, concurrent, priority, run_at, \
              created_at FROM task_run t \
              WHERE status = 'queued' AND run_at <= statement_timestamp() \
-             AND NOT ((task_type || '') = ANY(ARRAY(SELECT task_type FROM task_dedup_paused))) \
+             AND NOT (task_type = ANY(ARRAY(SELECT task_type FROM task_dedup_paused))) \
              AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
              WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
              AND r.resource_key = t.resource_key AND ",
