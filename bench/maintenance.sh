@@ -59,11 +59,11 @@ if [[ " $parts " == *" history "* ]]; then
   done
   echo "# creates/s with history / empty, per repeat and median:" | tee -a "$results"
   awk '$1 !~ /^#/ && $2 ~ /^history=/ {
-         split($2, h, "="); split($3, r, "=");
-         rate[$1, r[2], (h[2] == 0 ? "empty" : "history")] = $8; dialects[$1] = 1; reps[r[2]] = 1 }
+         split($2, h, "="); split($3, rep, "=");
+         rate[$1, rep[2], (h[2] == 0 ? "empty" : "history")] = $8; dialects[$1] = 1; reps[rep[2]] = 1 }
        END { for (d in dialects) { n = 0; line = "";
-               for (r in reps) if (rate[d, r, "empty"] > 0) {
-                 x = rate[d, r, "history"] / rate[d, r, "empty"]; v[++n] = x;
+               for (k = 1; k in reps; k++) if (rate[d, k, "empty"] > 0) {
+                 x = rate[d, k, "history"] / rate[d, k, "empty"]; v[++n] = x;
                  line = line sprintf(" %.3f", x) }
                asort(v); m = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2;
                printf "%s ratios%s median %.3f\n", d, line, m; delete v } }' "$results" | tee -a "$results"

@@ -24,12 +24,13 @@ pub enum Age {
 }
 
 /// Inserts `rows` succeeded tasks of distinct keys (type `history`) in chunks, straight
-/// from SQL (generate_series, MariaDB's sequence tables, a recursive CTE), then has the
-/// database analyze the table as it would have by the time a real history grew.
+/// from SQL (generate_series, MariaDB's sequence tables, a recursive CTE), oldest first
+/// with time-ordered ids, then has the database analyze the table as it would have by
+/// the time a real history grew.
 pub async fn preload(db: &DatabaseConnection, rows: u64, age: Age) -> Result<(), String> {
     let started = Instant::now();
     let backend = db.get_database_backend();
-    // Seconds before now the rows finished: spread over 22 hours, after a base age.
+    // Seconds before now the newest row finished; the others spread over 22 hours before.
     let base = match age {
         Age::Kept => 3_600,
         Age::Expired => 2 * 86_400,
@@ -37,7 +38,7 @@ pub async fn preload(db: &DatabaseConnection, rows: u64, age: Age) -> Result<(),
     let mut from = 1;
     while from <= rows {
         let to = (from + CHUNK - 1).min(rows);
-        let sql = insert_sql(backend, from, to, base);
+        let sql = insert_sql(backend, from, to, rows, base);
         db.execute_unprepared(&sql)
             .await
             .map_err(|e| format!("preload: {e}"))?;
@@ -58,32 +59,41 @@ pub async fn preload(db: &DatabaseConnection, rows: u64, age: Age) -> Result<(),
     Ok(())
 }
 
-fn insert_sql(backend: DbBackend, from: u64, to: u64, base: u64) -> String {
+/// Rows `from..=to` of `rows`: row `n` finished `base` seconds plus a share of 22 hours
+/// ago, later for a larger `n`, and its id is time-ordered like the library's UUIDv7
+/// (older rows, smaller ids), so that deleting the oldest first walks the primary key in
+/// order as it would in a real history.
+fn insert_sql(backend: DbBackend, from: u64, to: u64, rows: u64, base: u64) -> String {
     const COLUMNS: &str = "id, user_id, task_type, resource_key, status, attempts, created_at, \
                            updated_at, started_at, finished_at, run_at, priority, scope, \
                            dedup_window_end, concurrent";
+    const SPAN_MICROS: u64 = 22 * 3_600 * 1_000_000;
+    let base_micros = base * 1_000_000;
     match backend {
         DbBackend::Postgres => format!(
             "INSERT INTO task_run ({COLUMNS}) \
-             SELECT gen_random_uuid(), 'bench-user', 'history', 'h-' || g, 'succeeded', 1, \
+             SELECT (lpad(to_hex(g), 12, '0') || '70008000' || lpad(to_hex(g), 12, '0'))::uuid, \
+             'bench-user', 'history', 'h-' || g, 'succeeded', 1, \
              ts, ts, ts, ts, ts, 0, 'active', 0, false \
              FROM generate_series({from}, {to}) AS g, \
-             LATERAL (SELECT now() - ({base} + g % 79200) * interval '1 second' AS ts) AS t"
+             LATERAL (SELECT now() - ({base_micros}::int8 + ({rows} - g)::int8 * {SPAN_MICROS} \
+             / {rows}) * interval '1 microsecond' AS ts) AS t"
         ),
         DbBackend::MySql => format!(
             "INSERT INTO task_run ({COLUMNS}) \
-             SELECT UNHEX(REPLACE(UUID(), '-', '')), 'bench-user', 'history', \
-             CONCAT('h-', seq), 'succeeded', 1, ts, ts, ts, ts, ts, 0, 'active', 0, false \
-             FROM (SELECT seq, UTC_TIMESTAMP(6) - INTERVAL ({base} + seq % 79200) SECOND AS ts \
-             FROM seq_{from}_to_{to}) AS s"
+             SELECT UNHEX(CONCAT(LPAD(HEX(seq), 12, '0'), '70008000', LPAD(HEX(seq), 12, '0'))), \
+             'bench-user', 'history', CONCAT('h-', seq), 'succeeded', 1, ts, ts, ts, ts, ts, 0, \
+             'active', 0, false \
+             FROM (SELECT seq, UTC_TIMESTAMP(6) - INTERVAL ({base_micros} + ({rows} - seq) \
+             * {SPAN_MICROS} DIV {rows}) MICROSECOND AS ts FROM seq_{from}_to_{to}) AS s"
         ),
         _ => format!(
             "WITH RECURSIVE g(n) AS (SELECT {from} UNION ALL SELECT n + 1 FROM g WHERE n < {to}) \
              INSERT INTO task_run ({COLUMNS}) \
-             SELECT randomblob(16), 'bench-user', 'history', 'h-' || n, 'succeeded', 1, \
-             ts, ts, ts, ts, ts, 0, 'active', 0, 0 \
+             SELECT unhex(printf('%012x70008000%012x', n, n)), 'bench-user', 'history', \
+             'h-' || n, 'succeeded', 1, ts, ts, ts, ts, ts, 0, 'active', 0, 0 \
              FROM (SELECT n, strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', \
-             '-' || ({base} + n % 79200) || ' seconds') AS ts FROM g)"
+             '-' || ({base} + ({rows} - n) * 79200.0 / {rows}) || ' seconds') AS ts FROM g)"
         ),
     }
 }
