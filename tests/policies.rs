@@ -433,6 +433,31 @@ async fn scheduled_tasks_wait_for_the_database_clock(db: &TestDb) {
 }
 
 /// The claim's plan reads `task_run_claim_idx` in order, with no sort, on every dialect.
+/// The plan `explain` returns, a line per row: PostgreSQL's text, SQLite's details,
+/// MySQL's table, key and extra of each row.
+async fn plan_of(db: &TestDb, explain: Statement) -> String {
+    let rows = db.db.query_all_raw(explain).await.expect("explain");
+    let column = |row: &sea_orm::QueryResult, name: &str| {
+        row.try_get::<Option<String>>("", name)
+            .expect(name)
+            .unwrap_or_default()
+    };
+    let plan: Vec<String> = rows
+        .iter()
+        .map(|row| match db.dialect {
+            Dialect::Postgres => row.try_get_by_index::<String>(0).expect("plan line"),
+            Dialect::Sqlite => row.try_get::<String>("", "detail").expect("detail"),
+            Dialect::MySql => format!(
+                "table={} key={} extra={}",
+                column(row, "table"),
+                column(row, "key"),
+                column(row, "Extra")
+            ),
+        })
+        .collect();
+    plan.join("\n")
+}
+
 async fn claim_plan_uses_the_claim_index(db: &TestDb) {
     db.migrate().await;
     for i in 0..3_000 {
@@ -471,28 +496,7 @@ async fn claim_plan_uses_the_claim_index(db: &TestDb) {
         ),
     };
     db.exec(analyze).await;
-    let rows = db
-        .db
-        .query_all_raw(Statement::from_string(db.dialect.backend(), explain))
-        .await
-        .expect("explain");
-    let plan: Vec<String> = rows
-        .iter()
-        .map(|row| match db.dialect {
-            Dialect::Postgres => row.try_get_by_index::<String>(0).expect("plan line"),
-            Dialect::Sqlite => row.try_get::<String>("", "detail").expect("detail"),
-            Dialect::MySql => format!(
-                "key={} extra={}",
-                row.try_get::<Option<String>>("", "key")
-                    .expect("key")
-                    .unwrap_or_default(),
-                row.try_get::<Option<String>>("", "Extra")
-                    .expect("extra")
-                    .unwrap_or_default()
-            ),
-        })
-        .collect();
-    let plan = plan.join("\n");
+    let plan = plan_of(db, Statement::from_string(db.dialect.backend(), explain)).await;
     println!("{} claim plan:\n{plan}", db.dialect.name());
     assert!(plan.contains("task_run_claim_idx"), "{plan}");
     // No sort step: PostgreSQL's `Sort`, SQLite's `USE TEMP B-TREE FOR ORDER BY`,
@@ -607,27 +611,7 @@ async fn claims_read_the_claim_index_in_order(db: &TestDb) {
             format!("{explain} {}", statement(name)),
             values,
         );
-        let rows = db.db.query_all_raw(explain).await.expect("explain");
-        let plan: Vec<String> = rows
-            .iter()
-            .map(|row| match db.dialect {
-                Dialect::Postgres => row.try_get_by_index::<String>(0).expect("plan line"),
-                Dialect::Sqlite => row.try_get::<String>("", "detail").expect("detail"),
-                Dialect::MySql => format!(
-                    "table={} key={} extra={}",
-                    row.try_get::<Option<String>>("", "table")
-                        .expect("table")
-                        .unwrap_or_default(),
-                    row.try_get::<Option<String>>("", "key")
-                        .expect("key")
-                        .unwrap_or_default(),
-                    row.try_get::<Option<String>>("", "Extra")
-                        .expect("extra")
-                        .unwrap_or_default()
-                ),
-            })
-            .collect();
-        let plan = plan.join("\n");
+        let plan = plan_of(db, explain).await;
         println!("{} {name}:\n{plan}", db.dialect.name());
         match db.dialect {
             Dialect::Sqlite => {
