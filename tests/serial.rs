@@ -7,7 +7,7 @@ mod common;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -39,6 +39,19 @@ server_matrix!(
 const LEASE: Duration = Duration::from_secs(60);
 const WORKERS: usize = 8;
 const KEYS: usize = 200;
+
+/// The order of what the test's clients saw: a number taken after a claim returned, and
+/// one taken before a complete was sent. A task of a key can only be claimed once the
+/// end of the key's running task committed, which comes after its number was taken: so
+/// a later run's claim number is higher than its predecessor's completing number, or two
+/// ran at once. (The rows' timestamps cannot tell: MySQL's and PostgreSQL's are the
+/// claim statement's start, and a claim that waited on the index for the predecessor's
+/// end to commit started before that end.)
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+fn seq() -> u64 {
+    SEQ.fetch_add(1, Ordering::SeqCst)
+}
 
 fn key(resource: &str) -> TaskKey {
     TaskKey::new("user-1", "render", resource).expect("valid key")
@@ -93,13 +106,15 @@ fn monitor(db: DatabaseConnection, stop: Arc<AtomicBool>) -> tokio::task::JoinHa
     })
 }
 
-/// One run of a task as a worker saw it, by the database's clock.
+/// One run of a task as a worker saw it: the database's clock, and the clients' order
+/// ([`SEQ`]).
 #[derive(Debug, Clone)]
 struct Run {
     id: Uuid,
     resource: String,
     started: DateTime<Utc>,
-    finished: DateTime<Utc>,
+    claimed: u64,
+    completing: u64,
 }
 
 /// `WORKERS` workers on `pool`, released together, claiming batches of up to 8 and
@@ -126,17 +141,19 @@ async fn run_workers(pool: &DatabaseConnection, total: usize, hold: Duration) ->
                     tokio::time::sleep(Duration::from_millis(2)).await;
                     continue;
                 }
+                let claimed = seq();
                 for task in batch {
                     tokio::time::sleep(hold).await;
-                    let finished = pool
-                        .complete(task.id, &worker, None)
+                    let completing = seq();
+                    pool.complete(task.id, &worker, None)
                         .await
                         .expect("complete");
                     runs.lock().await.push(Run {
                         id: task.id,
                         resource: task.resource_key.clone(),
                         started: task.started_at.expect("started"),
-                        finished: finished.finished_at.expect("finished"),
+                        claimed,
+                        completing,
                     });
                     done.fetch_add(1, Ordering::Relaxed);
                 }
@@ -149,18 +166,18 @@ async fn run_workers(pool: &DatabaseConnection, total: usize, hold: Duration) ->
     Arc::try_unwrap(runs).expect("workers done").into_inner()
 }
 
-/// No two runs of one key overlap (a run that starts in the instant another ends is
-/// after it: the claim saw it ended).
+/// No two runs of one key overlap: each was claimed after the one before it was being
+/// completed ([`SEQ`]).
 fn assert_serial(runs: &[Run]) {
     let mut by_key: HashMap<&str, Vec<&Run>> = HashMap::new();
     for run in runs {
         by_key.entry(&run.resource).or_default().push(run);
     }
     for (resource, mut runs) in by_key {
-        runs.sort_by_key(|r| (r.started, r.finished));
+        runs.sort_by_key(|r| r.claimed);
         for pair in runs.windows(2) {
             assert!(
-                pair[1].started >= pair[0].finished,
+                pair[1].claimed > pair[0].completing,
                 "{resource}: {:?} started while {:?} ran",
                 pair[1],
                 pair[0]
@@ -307,14 +324,10 @@ async fn race_follow_ups_start_after_their_predecessors(db: &TestDb) {
         tokio::spawn(async move {
             let mut ended = HashMap::new();
             for task in order {
-                let done = pool
-                    .complete(task.id, "predecessor", None)
+                ended.insert(task.resource_key.clone(), seq());
+                pool.complete(task.id, "predecessor", None)
                     .await
                     .expect("complete");
-                ended.insert(
-                    task.resource_key.clone(),
-                    done.finished_at.expect("finished"),
-                );
                 tokio::time::sleep(Duration::from_micros(500)).await;
             }
             ended
@@ -334,10 +347,10 @@ async fn race_follow_ups_start_after_their_predecessors(db: &TestDb) {
     assert_eq!(ids, expected, "each follow-up ran exactly once");
     assert_eq!(runs.len(), KEYS);
     for run in &runs {
-        let predecessor_ended = ended[&run.resource];
+        let predecessor_ending = ended[&run.resource];
         assert!(
-            run.started >= predecessor_ended,
-            "{run:?} started before its predecessor ended at {predecessor_ended}"
+            run.claimed > predecessor_ending,
+            "{run:?} claimed before its predecessor was being completed (at {predecessor_ending})"
         );
     }
 }
