@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use common::{Dialect, TestDb};
-use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
+use common::TestDb;
+use sea_orm::DatabaseConnection;
 use serde::{Deserialize, Serialize};
 use task_dedup::task_run::{self, TaskScope, TaskStatus};
 use task_dedup::{
@@ -564,36 +564,11 @@ async fn a_scheduler_killed_at_a_tick_leaves_it_to_another_process(db: &TestDb) 
 
 /// The server sessions of this test's database, killed from an admin connection.
 async fn kill_sessions(db: &TestDb) -> usize {
-    let (admin_url, name) = db.server().expect("a server dialect");
+    let (admin_url, _) = db.server().expect("a server dialect");
     let admin = task_dedup::connect(admin_url).await.expect("admin");
-    let sql = match db.dialect {
-        Dialect::Postgres => {
-            "SELECT pg_terminate_backend(pid) AS k FROM pg_stat_activity \
-             WHERE datname = $1 AND pid <> pg_backend_pid()"
-        }
-        Dialect::MySql => {
-            "SELECT ID AS k FROM information_schema.PROCESSLIST WHERE DB = ? AND ID <> CONNECTION_ID()"
-        }
-        Dialect::Sqlite => unreachable!("a server dialect"),
-    };
-    let rows = admin
-        .query_all_raw(Statement::from_sql_and_values(
-            db.dialect.backend(),
-            sql,
-            [name.into()],
-        ))
-        .await
-        .expect("sessions");
-    if db.dialect == Dialect::MySql {
-        for row in &rows {
-            let id: i64 = row.try_get("", "k").expect("id");
-            let _ = admin
-                .execute_unprepared(&format!("KILL CONNECTION {id}"))
-                .await;
-        }
-    }
+    let killed = db.kill_sessions(&admin).await;
     admin.close().await.expect("close");
-    rows.len()
+    killed
 }
 
 /// Every session of the database killed every 300 ms for 4 s while two workers enqueue

@@ -691,35 +691,11 @@ async fn a_killed_worker_processs_tasks_are_run_by_another_worker(db: &TestDb) {
 
 /// The server sessions of this test's database, killed from an admin connection.
 async fn kill_sessions(db: &TestDb) -> usize {
-    let (admin_url, name) = db.server().expect("a server dialect");
+    let (admin_url, _) = db.server().expect("a server dialect");
     let admin = task_dedup::connect(admin_url).await.expect("admin");
-    let sql = match db.dialect {
-        Dialect::Postgres => {
-            "SELECT pg_terminate_backend(pid) AS k FROM pg_stat_activity \
-             WHERE datname = $1 AND pid <> pg_backend_pid()"
-        }
-        _ => {
-            "SELECT ID AS k FROM information_schema.PROCESSLIST WHERE DB = ? AND ID <> CONNECTION_ID()"
-        }
-    };
-    let rows = admin
-        .query_all_raw(Statement::from_sql_and_values(
-            db.dialect.backend(),
-            sql,
-            [name.into()],
-        ))
-        .await
-        .expect("sessions");
-    if db.dialect == Dialect::MySql {
-        for row in &rows {
-            let id: i64 = row.try_get("", "k").expect("id");
-            let _ = admin
-                .execute_unprepared(&format!("KILL CONNECTION {id}"))
-                .await;
-        }
-    }
+    let killed = db.kill_sessions(&admin).await;
     admin.close().await.expect("close");
-    rows.len()
+    killed
 }
 
 /// Every session of the database killed every 300 ms for 3 s while a worker runs 300

@@ -199,6 +199,43 @@ impl TestDb {
         }
     }
 
+    /// Kills every server session of this test's database but `admin`'s own
+    /// (`pg_terminate_backend` on PostgreSQL, `KILL CONNECTION` on MariaDB), from
+    /// `admin`, a connection to the server's admin database. Returns how many.
+    pub async fn kill_sessions(&self, admin: &DatabaseConnection) -> usize {
+        let (_, database) = self
+            .server()
+            .expect("a server dialect has sessions to kill");
+        let sql = match self.dialect {
+            Dialect::Postgres => {
+                "SELECT pg_terminate_backend(pid) AS id FROM pg_stat_activity \
+                 WHERE datname = $1 AND pid <> pg_backend_pid()"
+            }
+            _ => {
+                "SELECT ID AS id FROM information_schema.PROCESSLIST \
+                 WHERE DB = ? AND ID <> CONNECTION_ID()"
+            }
+        };
+        let rows = admin
+            .query_all_raw(Statement::from_sql_and_values(
+                self.dialect.backend(),
+                sql,
+                [database.into()],
+            ))
+            .await
+            .expect("sessions");
+        if self.dialect == Dialect::MySql {
+            for row in &rows {
+                let id: i64 = row.try_get("", "id").expect("id");
+                // Already gone by itself: fine.
+                let _ = admin
+                    .execute_unprepared(&format!("KILL CONNECTION {id}"))
+                    .await;
+            }
+        }
+        rows.len()
+    }
+
     /// The SQLite file of this test (SQLite only).
     pub fn sqlite_path(&self) -> Option<&std::path::Path> {
         match &self.cleanup {
