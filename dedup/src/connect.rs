@@ -83,6 +83,109 @@ pub async fn connect_with(mut options: ConnectOptions) -> Result<DatabaseConnect
     Ok(db)
 }
 
+/// How task-dedup sends its PostgreSQL statements: whether the connection keeps named
+/// prepared statements from one statement to the next. Only PostgreSQL has a choice;
+/// SQLite and MySQL/MariaDB ignore it.
+///
+/// | Between task-dedup and PostgreSQL | Mode |
+/// |---|---|
+/// | nothing (a direct connection), or a pooler in session mode | [`PreparedStatements`](Self::PreparedStatements) |
+/// | PgBouncer 1.21 or later in transaction mode with `max_prepared_statements` > 0 (its default since 1.22 is 200) | [`PreparedStatements`](Self::PreparedStatements) |
+/// | PgBouncer before 1.21, or `max_prepared_statements = 0`, in transaction or statement mode | [`NoPreparedStatements`](Self::NoPreparedStatements) |
+///
+/// Set it with [`connect_with_pooler`]. The README's "Poolers" section has the details.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum PoolerMode {
+    /// Statements are prepared once per connection under a name and run from there with
+    /// bound parameters (sqlx's statement cache): the default, and the fastest where it
+    /// works.
+    #[default]
+    PreparedStatements,
+    /// For a pooler that may run the messages of one statement on different servers:
+    /// each statement is sent as one simple-protocol message with its values written in
+    /// as escaped, typed literals, which the pooler runs on one server whatever its
+    /// mode. Inside the caller's transaction (where SeaORM reads rows only through a
+    /// named statement) the statement is prepared under a name and run in a savepoint,
+    /// its text made unique so that no cached name is used again on another server; a
+    /// name another client left on the server is dropped and the statement run again.
+    ///
+    /// It works on every connection, direct ones included (BENCHMARKS.md has its cost).
+    NoPreparedStatements,
+}
+
+/// The endpoints (host, port, database: [`Pool::identity`](crate::executor::Pool))
+/// whose pools run in [`PoolerMode::NoPreparedStatements`].
+#[cfg(feature = "postgres")]
+static UNPREPARED: std::sync::RwLock<Vec<u64>> = std::sync::RwLock::new(Vec::new());
+
+/// Whether [`UNPREPARED`] ever held an endpoint: while not, nothing else is read.
+#[cfg(feature = "postgres")]
+static ANY_UNPREPARED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether statements on a PostgreSQL pool of endpoint `identity` (`None`: in the
+/// caller's transaction, which does not tell its pool) are sent without named prepared
+/// statements. In a transaction: once any pool of the process uses the mode, since the
+/// mode works on every connection and a wrong guess the other way fails.
+#[cfg(feature = "postgres")]
+pub(crate) fn unprepared(identity: impl FnOnce() -> Option<u64>) -> bool {
+    if !ANY_UNPREPARED.load(std::sync::atomic::Ordering::Relaxed) {
+        return false;
+    }
+    let Some(identity) = identity() else {
+        return true;
+    };
+    UNPREPARED
+        .read()
+        .map_or(true, |endpoints| endpoints.contains(&identity))
+}
+
+/// Connects as [`connect_with`] does, and sends task-dedup's statements on every pool of
+/// the same endpoint (host, port and database) as `mode` says: what a pooler without
+/// named prepared statements needs ([`PoolerMode::NoPreparedStatements`]).
+///
+/// Every task-dedup call on such a pool, the [`Worker`](crate::Worker) and the
+/// [`Admin`](crate::Admin) API on it included, then goes through the pooler. Inside your
+/// transaction ([`DedupConnection`](crate::DedupConnection) on a `DatabaseTransaction`)
+/// task-dedup cannot tell which pool the transaction came from: it uses the mode there
+/// once any pool of the process does.
+///
+/// Your own SeaORM statements are sqlx's named prepared statements and are not changed:
+/// through PgBouncer before 1.21 in transaction mode they fail (sqlx issue #4328) unless
+/// they run outside it. Migrations need a direct connection too (the README says why).
+///
+/// # Errors
+/// As [`connect`].
+///
+/// ```no_run
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// use task_dedup::PoolerMode;
+/// let options = sea_orm::ConnectOptions::new("postgres://app@pgbouncer:6432/app");
+/// let db = task_dedup::connect_with_pooler(options, PoolerMode::NoPreparedStatements).await?;
+/// # Ok::<(), task_dedup::DedupError>(())
+/// # }).unwrap();
+/// ```
+pub async fn connect_with_pooler(
+    options: ConnectOptions,
+    mode: PoolerMode,
+) -> Result<DatabaseConnection, DedupError> {
+    let db = connect_with(options).await?;
+    #[cfg(feature = "postgres")]
+    if let Some(pool @ crate::executor::Pool::Postgres(_)) = crate::executor::Pool::of(&db) {
+        let identity = pool.identity();
+        if let Ok(mut endpoints) = UNPREPARED.write() {
+            endpoints.retain(|&e| e != identity);
+            if mode == PoolerMode::NoPreparedStatements {
+                endpoints.push(identity);
+                ANY_UNPREPARED.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
+    #[cfg(not(feature = "postgres"))]
+    let _ = mode;
+    Ok(db)
+}
+
 fn is_in_memory(url: &str) -> bool {
     url.contains(":memory:") || url.contains("mode=memory")
 }

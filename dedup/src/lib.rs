@@ -174,7 +174,10 @@ pub use admin::{
     Order, Page, StatusCount, TaskAdmin, TaskFilter, Throughput,
 };
 pub use backoff::{Retry, RetryPolicy};
-pub use connect::{DEFAULT_MAX_CONNECTIONS, SQLITE_BUSY_TIMEOUT, connect, connect_with};
+pub use connect::{
+    DEFAULT_MAX_CONNECTIONS, PoolerMode, SQLITE_BUSY_TIMEOUT, connect, connect_with,
+    connect_with_pooler,
+};
 pub use connection::{DEFAULT_RETRY_BUDGET, DedupConnection, WithRetryBudget};
 pub use enqueue::{Enqueued, TaskDedup};
 pub use error::{DedupError, Transition, is_connection_lost, is_timeout, is_transaction_conflict};

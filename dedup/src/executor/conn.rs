@@ -251,12 +251,22 @@ impl<'c> Conn<'c> {
     /// commits either way, but the WAL is then never checkpointed and grows with every
     /// write until the last connection closes (`tests/sqlite.rs`; 900 MB for 20,000 tasks
     /// through a worker, every read slower for it).
+    ///
+    /// `unprepared`: on PostgreSQL, without a named prepared statement
+    /// ([`PoolerMode::NoPreparedStatements`](crate::PoolerMode)).
     pub(crate) async fn fetch_all(
         &mut self,
         backend: DbBackend,
         sql: Cow<'static, str>,
         args: Vec<Arg<'_>>,
+        unprepared: bool,
     ) -> Result<Vec<QueryResult>, DbErr> {
+        #[cfg(feature = "postgres")]
+        if unprepared {
+            let sql = super::literal::render(&sql, &args)?;
+            return self.unprepared(backend, sql, true).await.map(|done| done.0);
+        }
+        let _ = unprepared;
         dispatch! {
             self, backend, sql, args,
             sqlx |query, executor| query
@@ -268,13 +278,21 @@ impl<'c> Conn<'c> {
         }
     }
 
-    /// Runs `sql`; returns how many rows it affected.
+    /// Runs `sql`; returns how many rows it affected. `unprepared`: as for
+    /// [`fetch_all`](Self::fetch_all).
     pub(crate) async fn execute(
         &mut self,
         backend: DbBackend,
         sql: Cow<'static, str>,
         args: Vec<Arg<'_>>,
+        unprepared: bool,
     ) -> Result<u64, DbErr> {
+        #[cfg(feature = "postgres")]
+        if unprepared {
+            let sql = super::literal::render(&sql, &args)?;
+            return self.unprepared(backend, sql, false).await.map(|done| done.1);
+        }
+        let _ = unprepared;
         dispatch! {
             self, backend, sql, args,
             sqlx |query, executor| query
@@ -283,6 +301,54 @@ impl<'c> Conn<'c> {
                 .map(|done| done.rows_affected())
                 .map_err(exec_err),
             seaorm |db, statement| db.execute_raw(statement).await.map(|done| done.rows_affected())
+        }
+    }
+
+    /// Runs `sql`, a PostgreSQL statement with its values written in, without a named
+    /// prepared statement; its rows if `rows`, and how many rows it affected.
+    ///
+    /// On a pool and in a transaction of the crate's own, one simple-protocol message
+    /// (sqlx's `raw_sql`), which a pooler runs on one server. In a SeaORM transaction a
+    /// statement without rows goes the same way (`execute_unprepared`); one read for its
+    /// rows can only go through `query_all_raw`, a named statement (sqlx's cache), which
+    /// works there because the transaction keeps its server: see [`unprepared_rows`].
+    #[cfg(feature = "postgres")]
+    async fn unprepared(
+        &mut self,
+        backend: DbBackend,
+        sql: String,
+        rows: bool,
+    ) -> Result<(Vec<QueryResult>, u64), DbErr> {
+        macro_rules! raw {
+            ($executor:expr) => {{
+                let query = sqlx::raw_sql(sqlx::AssertSqlSafe(sql));
+                if rows {
+                    let rows = query.fetch_all($executor).await.map_err(query_err)?;
+                    let affected = rows.len() as u64;
+                    Ok((rows.into_iter().map(QueryResult::from).collect(), affected))
+                } else {
+                    let done = query.execute($executor).await.map_err(exec_err)?;
+                    Ok((Vec::new(), done.rows_affected()))
+                }
+            }};
+        }
+        match self {
+            Conn::Pool(Pool::Postgres(pool)) => {
+                let mut conn = pool.acquire().await.map_err(acquire_err)?;
+                raw!(&mut *conn)
+            }
+            Conn::PgTxn(txn) => raw!(&mut **txn),
+            Conn::SeaOrmTxn(txn) if rows => Ok((unprepared_rows(txn, backend, sql).await?, 0)),
+            Conn::SeaOrmTxn(txn) => Ok((Vec::new(), txn.execute_unprepared(&sql).await?.rows_affected())),
+            Conn::SeaOrm(db) if rows => {
+                let rows = db.query_all_raw(sea_orm::Statement::from_string(backend, sql)).await?;
+                Ok((rows, 0))
+            }
+            Conn::SeaOrm(db) => Ok((Vec::new(), db.execute_unprepared(&sql).await?.rows_affected())),
+            #[allow(unreachable_patterns)]
+            _ => Err(DbErr::Custom(
+                "task-dedup: PostgreSQL's pooler mode on another database's connection".to_owned(),
+            )),
         }
     }
 
@@ -373,6 +439,62 @@ impl<'c> Conn<'c> {
             Conn::Pool(_) | Conn::SeaOrm(_) | Conn::SeaOrmTxn(Txn::Callers(_)) => Ok(()),
         }
     }
+}
+
+/// The savepoint [`unprepared_rows`] runs its statement in.
+#[cfg(feature = "postgres")]
+const SAVEPOINT: &str = "task_dedup_unprepared";
+
+/// Makes each statement [`unprepared_rows`] sends a text sqlx has not seen.
+#[cfg(feature = "postgres")]
+static STATEMENT_NUMBER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The rows of `sql` (values written in) in a SeaORM transaction, through a pooler that
+/// does not follow named prepared statements.
+///
+/// SeaORM reads rows only through sqlx's named statements. In a transaction the pooler
+/// keeps one server, so the statement's Parse and its Bind meet there; what can go
+/// wrong is a name: sqlx would run a statement it cached under a name on another server
+/// (a text it saw before), and its next name (`sqlx_s_N`, counted per client
+/// connection) may be one another client left on this server. So the text is made new
+/// (a number in a comment: never found in the cache; the cache's evictions close names
+/// the server may not have, which PostgreSQL accepts), and the statement runs in a
+/// savepoint: when its name is taken (`42P05`, which a direct connection never sees),
+/// the savepoint is rolled back (the caller's transaction stays usable), the server's
+/// leftover statements are dropped, and it runs again.
+#[cfg(feature = "postgres")]
+async fn unprepared_rows(
+    txn: &DatabaseTransaction,
+    backend: DbBackend,
+    sql: String,
+) -> Result<Vec<QueryResult>, DbErr> {
+    let number = STATEMENT_NUMBER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let sql = format!("{sql} /* task-dedup {number} */");
+    txn.execute_unprepared(&format!("SAVEPOINT {SAVEPOINT}"))
+        .await?;
+    let mut retried = false;
+    loop {
+        let statement = sea_orm::Statement::from_string(backend, sql.clone());
+        match txn.query_all_raw(statement).await {
+            Ok(rows) => {
+                txn.execute_unprepared(&format!("RELEASE SAVEPOINT {SAVEPOINT}"))
+                    .await?;
+                return Ok(rows);
+            }
+            Err(err) if !retried && name_taken(&err) => {
+                retried = true;
+                txn.execute_unprepared(&format!("ROLLBACK TO SAVEPOINT {SAVEPOINT}; DEALLOCATE ALL"))
+                    .await?;
+            }
+            Err(err) => return Err(err),
+        }
+    }
+}
+
+/// Whether `err` is PostgreSQL's "prepared statement ... already exists".
+#[cfg(feature = "postgres")]
+fn name_taken(err: &DbErr) -> bool {
+    crate::dialect::postgres_error(err).is_some_and(|e| e.code() == "42P05")
 }
 
 /// The `DbErr` SeaORM gives when it cannot get a connection from the pool, so that

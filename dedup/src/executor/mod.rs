@@ -10,6 +10,8 @@
 mod admin;
 pub(crate) mod args;
 mod conn;
+#[cfg(feature = "postgres")]
+mod literal;
 #[cfg(feature = "mysql")]
 mod mysql;
 
@@ -34,6 +36,9 @@ use crate::task_run;
 pub(crate) struct Executor<'c> {
     conn: Conn<'c>,
     dialect: Dialect,
+    /// [`PoolerMode::NoPreparedStatements`](crate::PoolerMode): statements go with their
+    /// values written in ([`literal`]), without named prepared statements.
+    unprepared: bool,
 }
 
 /// What an insert of a new task did.
@@ -183,9 +188,19 @@ impl<'c> Executor<'c> {
                 txn.get_database_backend(),
             ),
         };
+        let dialect = Dialect::of(backend)?;
+        #[cfg(feature = "postgres")]
+        let unprepared = dialect == Dialect::Postgres
+            && crate::connect::unprepared(|| match conn {
+                Conn::Pool(pool) => Some(pool.identity()),
+                _ => None,
+            });
+        #[cfg(not(feature = "postgres"))]
+        let unprepared = false;
         Ok(Executor {
             conn,
-            dialect: Dialect::of(backend)?,
+            dialect,
+            unprepared,
         })
     }
 
@@ -223,7 +238,10 @@ impl<'c> Executor<'c> {
         args: Vec<Arg<'_>>,
     ) -> Result<Vec<QueryResult>, Failure> {
         let backend = self.backend();
-        Ok(self.conn.fetch_all(backend, sql.into(), args).await?)
+        Ok(self
+            .conn
+            .fetch_all(backend, sql.into(), args, self.unprepared)
+            .await?)
     }
 
     /// How many rows `sql` affected.
@@ -233,7 +251,10 @@ impl<'c> Executor<'c> {
         args: Vec<Arg<'_>>,
     ) -> Result<u64, Failure> {
         let backend = self.backend();
-        Ok(self.conn.execute(backend, sql.into(), args).await?)
+        Ok(self
+            .conn
+            .execute(backend, sql.into(), args, self.unprepared)
+            .await?)
     }
 
     /// The tasks `sql` returns.
@@ -262,6 +283,7 @@ impl<'c> Executor<'c> {
         Ok(Executor {
             conn: self.conn.begin(backend, immediate).await?,
             dialect: self.dialect,
+            unprepared: self.unprepared,
         })
     }
 
