@@ -1,12 +1,20 @@
-//! task-dedup through PgBouncer in transaction pooling (issue 24): every operation, the
-//! 64-way race on one key, and a Worker draining 1,000 tasks exactly once, polling and
-//! with a direct listener.
+//! task-dedup through PgBouncer in transaction pooling (issue 24): every operation (on a
+//! pool and in the caller's transaction, bulk, the lifecycle, the admin API), hostile
+//! strings in every field, the 64-way race on one key, and a Worker draining 1,000 tasks
+//! exactly once, polling and with a direct listener, its wake-up latency reported. Each
+//! test runs through two poolers:
 //!
-//! `TASK_DEDUP_PGBOUNCER_URL` names a PgBouncer (>= 1.21, `max_prepared_statements` > 0,
-//! `pool_mode = transaction`) in front of the server of `TASK_DEDUP_POSTGRES_URL`, with
-//! `* = host=... port=...` so that the databases the harness creates there are reachable
-//! by the same name; `.ci/pgbouncer.sh start` runs one. Unset, these tests say so and
-//! pass, except under `CI=true`, where they fail.
+//! - `pgbouncer_1_25`: `TASK_DEDUP_PGBOUNCER_URL`, a PgBouncer >= 1.21 with
+//!   `max_prepared_statements` > 0, in task-dedup's default mode;
+//! - `pgbouncer_1_18`: `TASK_DEDUP_PGBOUNCER_OLD_URL`, a PgBouncer without named prepared
+//!   statements (Debian's 1.18), in [`PoolerMode::NoPreparedStatements`].
+//!
+//! Both in `pool_mode = transaction`, in front of the server of `TASK_DEDUP_POSTGRES_URL`,
+//! with `* = host=... port=...` so that the databases the harness creates there are
+//! reachable by the same name; `.ci/pgbouncer.sh start old` runs both. Unset, these tests
+//! say so and pass, except under `CI=true`, where they fail. The checks' own reads and
+//! the handler's writes go to the server directly or as simple-protocol statements: the
+//! application's SeaORM statements are not task-dedup's to make work through 1.18.
 
 mod common;
 
@@ -19,21 +27,28 @@ use common::{Dialect, TestDb};
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement, TransactionTrait};
 use task_dedup::task_run;
 use task_dedup::{
-    HandlerError, NewTask, Retry, RetryPolicy, TaskDedup, TaskKey, TaskStatus, TaskWorker, Worker,
-    WorkerReport,
+    HandlerError, NewTask, PoolerMode, Retry, RetryPolicy, TaskDedup, TaskKey, TaskStatus,
+    TaskWorker, Worker, WorkerReport,
 };
 use tokio::sync::Barrier;
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::Layer;
 
-/// Runs each named `async fn(&Pooled)` on a fresh PostgreSQL database, through the
-/// pooler of `TASK_DEDUP_PGBOUNCER_URL`.
+/// Runs each named `async fn(&Pooled)` on a fresh PostgreSQL database, through each
+/// pooler ([`Pooler`]).
 macro_rules! through_pgbouncer {
     ($($name:ident),* $(,)?) => {
         $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $name() {
-                run(stringify!($name), tests::$name).await;
+            mod $name {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn pgbouncer_1_25() {
+                    super::run(stringify!($name), super::Pooler::Tracking, super::tests::$name).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn pgbouncer_1_18() {
+                    super::run(stringify!($name), super::Pooler::Old, super::tests::$name).await;
+                }
             }
         )*
     };
@@ -43,44 +58,85 @@ through_pgbouncer!(
     find_or_enqueue_on_a_pool_and_in_transactions,
     find_or_enqueue_many_in_batches,
     every_lifecycle_call,
+    the_admin_api,
+    hostile_strings_in_every_field_stay_text,
     sixty_four_callers_on_one_key_create_exactly_one,
     a_polling_worker_runs_a_thousand_tasks_exactly_once,
     a_worker_with_a_direct_listener_runs_a_thousand_tasks_exactly_once,
 );
+
+/// Which pooler a test goes through.
+#[derive(Clone, Copy)]
+enum Pooler {
+    /// PgBouncer >= 1.21 following named prepared statements: the default mode.
+    Tracking,
+    /// PgBouncer 1.18: [`PoolerMode::NoPreparedStatements`].
+    Old,
+}
+
+impl Pooler {
+    fn variable(self) -> &'static str {
+        match self {
+            Pooler::Tracking => "TASK_DEDUP_PGBOUNCER_URL",
+            Pooler::Old => "TASK_DEDUP_PGBOUNCER_OLD_URL",
+        }
+    }
+
+    fn mode(self) -> PoolerMode {
+        match self {
+            Pooler::Tracking => PoolerMode::PreparedStatements,
+            Pooler::Old => PoolerMode::NoPreparedStatements,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Pooler::Tracking => "PgBouncer 1.25",
+            Pooler::Old => "PgBouncer 1.18 (NoPreparedStatements)",
+        }
+    }
+}
 
 /// A test database on the server, and the pooler's URL of the same database.
 struct Pooled<'a> {
     db: &'a TestDb,
     /// `db` through the pooler.
     url: String,
+    pooler: Pooler,
 }
 
 impl Pooled<'_> {
-    /// A pool of `size` connections to the database through the pooler.
+    /// A pool of `size` connections to the database through the pooler, in its mode.
     async fn pool(&self, size: u32) -> DatabaseConnection {
         let mut options = sea_orm::ConnectOptions::new(self.url.clone());
         options
             .max_connections(size)
             .min_connections(size)
             .sqlx_logging(false);
-        task_dedup::connect_with(options)
+        task_dedup::connect_with_pooler(options, self.pooler.mode())
             .await
             .expect("a pool through the pooler")
     }
+
+    /// The database directly, for the checks' reads.
+    fn direct(&self) -> &DatabaseConnection {
+        &self.db.db
+    }
 }
 
-async fn run(test: &str, body: impl AsyncFnOnce(&Pooled<'_>)) {
+async fn run(test: &str, pooler: Pooler, body: impl AsyncFnOnce(&Pooled<'_>)) {
     listen_to_the_log();
-    let Ok(pooler) = std::env::var("TASK_DEDUP_PGBOUNCER_URL") else {
+    let Ok(url) = std::env::var(pooler.variable()) else {
+        let variable = pooler.variable();
         assert!(
             !std::env::var("CI").is_ok_and(|v| v == "true"),
-            "TASK_DEDUP_PGBOUNCER_URL is required under CI=true (.ci/pgbouncer.sh start)"
+            "{variable} is required under CI=true (.ci/pgbouncer.sh start old)"
         );
         use std::io::Write;
         let _ = writeln!(
             std::io::stderr(),
-            "\n[task-dedup tests] skipped {test}: TASK_DEDUP_PGBOUNCER_URL is not set \
-             (.ci/pgbouncer.sh start runs one)"
+            "\n[task-dedup tests] skipped {test}: {variable} is not set \
+             (.ci/pgbouncer.sh start old runs both poolers)"
         );
         return;
     };
@@ -88,8 +144,8 @@ async fn run(test: &str, body: impl AsyncFnOnce(&Pooled<'_>)) {
         // The harness created and migrated nothing through the pooler: DDL goes direct.
         db.migrate().await;
         let (_, name) = db.server().expect("a server database");
-        let url = common::with_database(&pooler, name);
-        body(&Pooled { db, url }).await;
+        let url = common::with_database(&url, name);
+        body(&Pooled { db, url, pooler }).await;
     })
     .await;
 }
@@ -124,6 +180,39 @@ fn listen_to_the_log() {
 }
 
 const CALLERS: usize = 16;
+
+/// Strings that would break out of a badly made literal or comment, each with text
+/// after the break, so that a truncated value would show.
+const HOSTILE: &[&str] = &[
+    "'",
+    "''",
+    "'; DELETE FROM task_run; --x",
+    "\\",
+    "\\'; DELETE FROM task_run; --x",
+    "x\\",
+    "\\x27 \\u0027 \\047",
+    "E'\\'' || 'x",
+    "$$; DELETE FROM task_run; $$x",
+    "$1 $2 $12 $a$ $$",
+    "-- x",
+    "/* x",
+    "*/ x",
+    "; x",
+    "\"x\"",
+    "é ✓ 𝄞 \u{202e}x \u{feff}",
+    "line\nbreak\r\ttab\u{1b}[0m",
+    "%_!",
+];
+
+/// The task as stored, read directly.
+async fn stored_task(pooled: &Pooled<'_>, id: uuid::Uuid) -> task_run::Model {
+    use sea_orm::EntityTrait;
+    task_run::Entity::find_by_id(id)
+        .one(pooled.direct())
+        .await
+        .expect("read")
+        .expect("the task")
+}
 
 fn key(resource: &str) -> TaskKey {
     TaskKey::new("user-1", "render", resource).expect("valid key")
@@ -196,7 +285,7 @@ mod tests {
             assert_eq!(existing, (CALLERS * calls - 10) as u64, "{in_transaction}");
         }
         assert_eq!(
-            count(&pool, "SELECT COUNT(*) AS n FROM task_run").await,
+            count(pooled.direct(), "SELECT COUNT(*) AS n FROM task_run").await,
             2 * (CALLERS * calls + 10) as i64
         );
     }
@@ -217,7 +306,7 @@ mod tests {
         txn.commit().await.expect("commit");
         assert!(inside.iter().all(|o| !o.is_created()));
         assert_eq!(
-            count(&pool, "SELECT COUNT(*) AS n FROM task_run").await,
+            count(pooled.direct(), "SELECT COUNT(*) AS n FROM task_run").await,
             300
         );
     }
@@ -265,6 +354,168 @@ mod tests {
         );
         let pruned = pool.prune_finished(Duration::ZERO).await.expect("prune");
         assert_eq!(pruned, 3, "succeeded, failed and cancelled");
+    }
+
+    /// Every admin call, on the pool and in a transaction.
+    pub(super) async fn the_admin_api(pooled: &Pooled<'_>) {
+        use task_dedup::{ListTasks, TaskAdmin, TaskFilter};
+        let pool = pooled.pool(4).await;
+        let worker = "admin-worker";
+        let lease = Duration::from_secs(60);
+        for doc in ["a", "b", "c", "d", "e", "f"] {
+            pool.find_or_enqueue(NewTask::new(key(doc)))
+                .await
+                .expect("enqueue");
+        }
+        let failed = pool.claim(worker, &[], lease).await.expect("claim");
+        let failed = failed.expect("a task");
+        pool.fail(failed.id, worker, "boom", Retry::Never)
+            .await
+            .expect("fail");
+        let filter = TaskFilter::new()
+            .task_type("render")
+            .user_id("user-1")
+            .key_prefix("b")
+            .status(TaskStatus::Queued);
+        let page = pool.list_tasks(&ListTasks::new(filter)).await.expect("list");
+        assert_eq!(page.tasks.len(), 1);
+        let queued = ListTasks::new(TaskFilter::new().status(TaskStatus::Queued)).limit(2);
+        let first = pool.list_tasks(&queued).await.expect("list");
+        let second = pool.list_tasks(&queued.clone().after(first.next)).await;
+        assert_eq!(second.expect("next page").tasks.len(), 2);
+        let got = pool.get_task(failed.id).await.expect("get_task");
+        assert_eq!(got.expect("the task").status, TaskStatus::Failed);
+        let counts = pool.counts().await.expect("counts");
+        assert_eq!(counts.iter().map(|c| c.count).sum::<u64>(), 6);
+        let throughput = pool.throughput().await.expect("throughput");
+        assert_eq!(throughput.minutes.len(), 60);
+        let oldest = pool.oldest_queued().await.expect("oldest_queued");
+        assert_eq!(oldest.len(), 1);
+        let retried = pool.retry_task(failed.id).await.expect("retry_task");
+        assert_eq!(retried.status, TaskStatus::Queued);
+        let cancelled = pool.cancel_task(failed.id, "operator").await;
+        assert_eq!(cancelled.expect("cancel_task").status, TaskStatus::Cancelled);
+        pool.delete_task(failed.id).await.expect("delete_task");
+        let txn = pool.begin().await.expect("begin");
+        let inside = txn
+            .list_tasks(&ListTasks::new(TaskFilter::new()))
+            .await
+            .expect("list in a transaction");
+        assert_eq!(inside.tasks.len(), 5);
+        let all = TaskFilter::new();
+        let cancelled = txn.cancel_tasks(&all, 2, "bulk").await.expect("cancel_tasks");
+        assert_eq!(cancelled.applied, 2);
+        txn.commit().await.expect("commit");
+        let retried = pool.retry_tasks(&all, 10).await.expect("retry_tasks");
+        assert_eq!(retried.applied, 2, "{retried:?}");
+        let cancelled = pool.cancel_tasks(&all, 10, "all").await.expect("cancel");
+        assert_eq!(cancelled.applied, 5);
+        let deleted = pool.delete_tasks(&all, 10).await.expect("delete_tasks");
+        assert_eq!(deleted.applied, 5);
+        assert_eq!(
+            count(pooled.direct(), "SELECT COUNT(*) AS n FROM task_run").await,
+            0
+        );
+    }
+
+    /// Strings made to end a literal early, run a second statement, comment out the rest
+    /// or change how a backslash reads, in every field task-dedup writes or filters by,
+    /// on a pool and in a transaction: each is stored and read back as it was, and the
+    /// table is still there. A NUL character is refused before any SQL (PostgreSQL text
+    /// cannot hold one).
+    pub(super) async fn hostile_strings_in_every_field_stay_text(pooled: &Pooled<'_>) {
+        use task_dedup::{ListTasks, TaskAdmin, TaskFilter};
+        let pool = pooled.pool(4).await;
+        let lease = Duration::from_secs(60);
+        for (i, hostile) in HOSTILE.iter().enumerate() {
+            let in_transaction = i % 2 == 1;
+            let txn = pool.begin().await.expect("begin");
+            let user = format!("u{i}{hostile}");
+            let task_type = format!("t{i}{hostile}");
+            let resource = format!("r{hostile}");
+            let task_key = TaskKey::new(&user, &task_type, &resource).expect("a valid key");
+            let payload = serde_json::json!({ *hostile: [hostile, {"k": hostile}] });
+            let task = NewTask::new(task_key.clone()).with_payload(payload.clone());
+            let created = if in_transaction {
+                txn.find_or_enqueue(task).await
+            } else {
+                pool.find_or_enqueue(task).await
+            };
+            let created = created.expect("enqueue").task().clone();
+            txn.commit().await.expect("commit");
+            let again = pool.find_or_enqueue(NewTask::new(task_key.clone())).await;
+            assert!(!again.expect("find").is_created(), "{hostile:?}");
+            let stored = stored_task(pooled, created.id).await;
+            assert_eq!(
+                (stored.user_id.as_str(), stored.task_type.as_str()),
+                (user.as_str(), task_type.as_str())
+            );
+            assert_eq!(stored.resource_key, resource);
+            assert_eq!(stored.payload, Some(payload));
+
+            // Filters of the admin API.
+            let filter = TaskFilter::new()
+                .task_type(task_type.clone())
+                .user_id(user.clone())
+                .key_prefix(format!("r{hostile}"));
+            let page = pool.list_tasks(&ListTasks::new(filter)).await.expect("list");
+            assert_eq!(page.tasks.len(), 1, "{hostile:?}");
+
+            // A worker id, a result, an error, a retry's error, a reason.
+            let worker = format!("w{hostile}");
+            let types = [task_type.as_str()];
+            let claimed = pool.claim(&worker, &types, lease).await.expect("claim");
+            let claimed = claimed.expect("the task");
+            assert_eq!(claimed.id, created.id);
+            assert_eq!(claimed.lease_owner.as_deref(), Some(worker.as_str()), "{hostile:?}");
+            let result = serde_json::json!([hostile]);
+            let error = format!("e{hostile}");
+            let ended = match i % 3 {
+                0 => pool.complete(created.id, &worker, Some(result.clone())).await,
+                1 => pool.fail(created.id, &worker, &error, Retry::Never).await,
+                _ => {
+                    let retry = Retry::After(Duration::ZERO);
+                    let queued = pool.fail(created.id, &worker, &error, retry).await;
+                    assert_eq!(queued.expect("retry").error.as_deref(), Some(error.as_str()));
+                    pool.cancel(created.id, &error).await
+                }
+            };
+            let ended = ended.expect("ended");
+            let stored = stored_task(pooled, created.id).await;
+            match i % 3 {
+                0 => assert_eq!(stored.result, Some(result)),
+                _ => assert_eq!(stored.error.as_deref(), Some(error.as_str())),
+            }
+            assert_eq!(ended.status, stored.status);
+            let txn = pool.begin().await.expect("begin");
+            let filter = TaskFilter::new().task_type(task_type.clone());
+            txn.retry_tasks(&filter, 10).await.expect("retry_tasks");
+            let reason = format!("c{hostile}");
+            txn.cancel_tasks(&filter, 10, &reason).await.expect("cancel");
+            txn.commit().await.expect("commit");
+            if i % 3 != 0 {
+                // Requeued by retry_tasks, then cancelled with the reason.
+                let stored = stored_task(pooled, created.id).await;
+                assert_eq!(stored.error.as_deref(), Some(reason.as_str()), "{hostile:?}");
+            }
+            assert!(pool.pause(&task_type).await.expect("pause"));
+            let paused = pool.paused().await.expect("paused");
+            assert!(paused.iter().any(|p| p.task_type == task_type), "{hostile:?}");
+            assert!(pool.resume(&task_type).await.expect("resume"));
+        }
+        assert_eq!(
+            count(pooled.direct(), "SELECT COUNT(*) AS n FROM task_run").await,
+            HOSTILE.len() as i64
+        );
+        let nul = TaskKey::new("user", "render", "a\0b");
+        assert!(nul.is_err(), "a NUL character is refused before any SQL");
+        let nul = pool
+            .fail(uuid::Uuid::nil(), "w", "a\0b", Retry::Never)
+            .await;
+        assert!(
+            matches!(nul, Err(task_dedup::DedupError::InvalidArgument { .. })),
+            "{nul:?}"
+        );
     }
 
     pub(super) async fn sixty_four_callers_on_one_key_create_exactly_one(pooled: &Pooled<'_>) {
@@ -338,12 +589,11 @@ async fn drain_a_thousand(
         .handler(move |task: task_run::Model, _cancel: CancellationToken| {
             let db = recorder.clone();
             async move {
-                db.execute_raw(Statement::from_sql_and_values(
-                    sea_orm::DbBackend::Postgres,
-                    "INSERT INTO runs (task_id) VALUES ($1)",
-                    [task.id.into()],
-                ))
-                .await
+                // A simple-protocol statement (a UUID's text needs no escaping): the
+                // application's SeaORM statements fail through PgBouncer 1.18.
+                let sql = format!("INSERT INTO runs (task_id) VALUES ('{}')", task.id);
+                db.execute_unprepared(&sql)
+                    .await
                 .map_err(|e| HandlerError::fail(format!("recording the run: {e}")))?;
                 Ok(None)
             }
@@ -366,7 +616,7 @@ async fn drain_a_thousand(
     let started = Instant::now();
     loop {
         let ended = count(
-            &pool,
+            pooled.direct(),
             "SELECT COUNT(*) AS n FROM task_run WHERE status NOT IN ('queued', 'running')",
         )
         .await;
@@ -386,24 +636,83 @@ async fn drain_a_thousand(
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let latencies = wake_up_latencies(pooled, &pool).await;
     shutdown.cancel();
     let report = running.await.expect("worker task").expect("worker");
+    {
+        use std::io::Write;
+        let how = if unheard { "polling" } else { "listening" };
+        let _ = writeln!(
+            std::io::stderr(),
+            "\n[task-dedup tests] wake-up latency through {}, worker {how}: {latencies:?} \
+             (enqueue to the handler's run, three tasks, each after 300 ms idle)",
+            pooled.pooler.name()
+        );
+    }
     let failed = count(
-        &pool,
+        pooled.direct(),
         "SELECT COUNT(*) AS n FROM task_run WHERE status <> 'succeeded'",
     )
     .await;
     assert_eq!(failed, 0, "every task succeeded: {report:?}");
     assert_eq!(
-        count(&pool, "SELECT COUNT(*) AS n FROM runs").await,
-        TASKS as i64
+        count(pooled.direct(), "SELECT COUNT(*) AS n FROM runs").await,
+        (TASKS + WAKE_UPS) as i64
     );
-    assert_eq!(report.completed, TASKS as u64, "{report:?}");
-    assert_eq!(report.claimed, TASKS as u64, "{report:?}");
+    assert_eq!(report.completed, (TASKS + WAKE_UPS) as u64, "{report:?}");
+    assert_eq!(report.claimed, (TASKS + WAKE_UPS) as u64, "{report:?}");
     assert_eq!(
         report.failed + report.lost + report.retried,
         0,
         "{report:?}"
     );
     report
+}
+
+const WAKE_UPS: usize = 3;
+
+/// Enqueues [`WAKE_UPS`] tasks one at a time, each after the worker sat idle, and times
+/// each from its enqueue to its handler's run (the database's clock for both: `runs.at`
+/// against the time just before the enqueue).
+async fn wake_up_latencies(pooled: &Pooled<'_>, pool: &DatabaseConnection) -> Vec<Duration> {
+    let mut latencies = Vec::new();
+    for i in 0..WAKE_UPS {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let before = pooled
+            .direct()
+            .query_one_raw(Statement::from_string(
+                sea_orm::DbBackend::Postgres,
+                "SELECT clock_timestamp() AS t",
+            ))
+            .await
+            .expect("the clock")
+            .expect("a row")
+            .try_get::<chrono::DateTime<chrono::Utc>>("", "t")
+            .expect("t");
+        let task = pool
+            .find_or_enqueue(NewTask::new(key(&format!("wake-up-{i}"))))
+            .await
+            .expect("enqueue");
+        let started = Instant::now();
+        let ran = loop {
+            let row = pooled
+                .direct()
+                .query_one_raw(Statement::from_sql_and_values(
+                    sea_orm::DbBackend::Postgres,
+                    "SELECT at FROM runs WHERE task_id = $1",
+                    [task.task().id.into()],
+                ))
+                .await
+                .expect("the run");
+            if let Some(row) = row {
+                break row
+                    .try_get::<chrono::DateTime<chrono::Utc>>("", "at")
+                    .expect("at");
+            }
+            assert!(started.elapsed() < Duration::from_secs(30), "never woken");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        };
+        latencies.push((ran - before).to_std().unwrap_or_default());
+    }
+    latencies
 }
