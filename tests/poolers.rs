@@ -420,12 +420,22 @@ mod tests {
 
     /// Strings made to end a literal early, run a second statement, comment out the rest
     /// or change how a backslash reads, in every field task-dedup writes or filters by,
-    /// on a pool and in a transaction: each is stored and read back as it was, and the
-    /// table is still there. A NUL character is refused before any SQL (PostgreSQL text
+    /// on a pool and in a transaction, with `standard_conforming_strings` off: each is
+    /// stored and read back as it was, and the table is still there. A NUL character is refused before any SQL (PostgreSQL text
     /// cannot hold one).
     pub(super) async fn hostile_strings_in_every_field_stay_text(pooled: &Pooled<'_>) {
         use task_dedup::{ListTasks, TaskAdmin, TaskFilter};
+        // Backslashes in plain '...' literals escape here: the literals must not care.
+        let (_, name) = pooled.db.server().expect("a server database");
+        let off = format!("ALTER DATABASE \"{name}\" SET standard_conforming_strings = off");
+        pooled.db.exec(&off).await;
         let pool = pooled.pool(4).await;
+        pool.execute_unprepared(
+            "DO $$ BEGIN IF current_setting('standard_conforming_strings') <> 'off' \
+             THEN RAISE EXCEPTION 'standard_conforming_strings is on'; END IF; END $$",
+        )
+        .await
+        .expect("standard_conforming_strings off through the pooler");
         let lease = Duration::from_secs(60);
         for (i, hostile) in HOSTILE.iter().enumerate() {
             let in_transaction = i % 2 == 1;

@@ -56,6 +56,16 @@ pub struct Args {
     /// through a transaction pooler), instead of taking one from the pool.
     #[arg(long)]
     pub listen_url: Option<String>,
+    /// PostgreSQL: task-dedup's statements without named prepared statements
+    /// (`PoolerMode::NoPreparedStatements`, for PgBouncer before 1.21 in transaction
+    /// mode).
+    #[arg(long)]
+    pub no_prepared_statements: bool,
+    /// Where the schema is prepared and the table checked (SeaORM statements, the
+    /// migrations) when `--url` goes through a pooler that cannot run them: a direct URL
+    /// of the same database. Default: `--url`.
+    #[arg(long)]
+    pub direct_url: Option<String>,
     /// `worker-latency`: tasks enqueued per second, over `--clients` callers.
     #[arg(long, default_value_t = 2.0)]
     pub rate: f64,
@@ -210,4 +220,13 @@ pub fn name(value: &impl ValueEnum) -> String {
         .to_possible_value()
         .map(|v| v.get_name().to_owned())
         .unwrap_or_default()
+}
+
+/// The pooler mode `--no-prepared-statements` asks for.
+pub fn pooler_mode(args: &Args) -> task_dedup::PoolerMode {
+    if args.no_prepared_statements {
+        task_dedup::PoolerMode::NoPreparedStatements
+    } else {
+        task_dedup::PoolerMode::PreparedStatements
+    }
 }

@@ -148,7 +148,14 @@ pub async fn run(args: &Args) -> Result<Report, String> {
     if let Some(error) = &tally.first_error {
         eprintln!("task-dedup-bench: first error: {error}");
     }
-    let table = check(&db).await.map_err(|e| e.to_string())?;
+    let table = match &args.direct_url {
+        Some(url) => {
+            let direct = task_dedup::connect(url).await.map_err(|e| e.to_string())?;
+            check(&direct).await
+        }
+        None => check(&db).await,
+    };
+    let table = table.map_err(|e| e.to_string())?;
     tally.latencies_us.sort_unstable();
     let percentile = |p: f64| {
         let n = tally.latencies_us.len();
@@ -189,7 +196,7 @@ pub async fn run(args: &Args) -> Result<Report, String> {
 /// without it, so their own correctness is what the check measures.
 pub async fn prepare_schema(args: &Args) -> Result<(), String> {
     remove_sqlite_file(&args.url);
-    let db = task_dedup::connect(&args.url)
+    let db = task_dedup::connect(args.direct_url.as_ref().unwrap_or(&args.url))
         .await
         .map_err(|e| e.to_string())?;
     // Dropped rather than migrated down: an unsafe strategy's run left the table without
@@ -240,7 +247,7 @@ async fn open_pool(args: &Args) -> Result<DatabaseConnection, String> {
         .min_connections(args.pool)
         .sqlx_logging(false)
         .test_before_acquire_if_idle_for(Duration::from_secs(30));
-    task_dedup::connect_with(options)
+    task_dedup::connect_with_pooler(options, crate::args::pooler_mode(args))
         .await
         .map_err(|e| e.to_string())
 }

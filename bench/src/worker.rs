@@ -53,7 +53,7 @@ async fn open(args: &Args, log_statements: bool) -> Result<DatabaseConnection, S
         .min_connections(args.pool)
         .sqlx_logging(log_statements)
         .test_before_acquire_if_idle_for(Duration::from_secs(30));
-    task_dedup::connect_with(options)
+    task_dedup::connect_with_pooler(options, crate::args::pooler_mode(args))
         .await
         .map_err(|e| e.to_string())
 }

@@ -90,7 +90,7 @@ pub async fn connect_with(mut options: ConnectOptions) -> Result<DatabaseConnect
 /// | Between task-dedup and PostgreSQL | Mode |
 /// |---|---|
 /// | nothing (a direct connection), or a pooler in session mode | [`PreparedStatements`](Self::PreparedStatements) |
-/// | PgBouncer 1.21 or later in transaction mode with `max_prepared_statements` > 0 (its default since 1.22 is 200) | [`PreparedStatements`](Self::PreparedStatements) |
+/// | PgBouncer 1.21 or later in transaction mode with `max_prepared_statements` > 0 (its default since 1.24 is 200) | [`PreparedStatements`](Self::PreparedStatements) |
 /// | PgBouncer before 1.21, or `max_prepared_statements = 0`, in transaction or statement mode | [`NoPreparedStatements`](Self::NoPreparedStatements) |
 ///
 /// Set it with [`connect_with_pooler`]. The README's "Poolers" section has the details.
