@@ -377,7 +377,10 @@ mod tests {
             .user_id("user-1")
             .key_prefix("b")
             .status(TaskStatus::Queued);
-        let page = pool.list_tasks(&ListTasks::new(filter)).await.expect("list");
+        let page = pool
+            .list_tasks(&ListTasks::new(filter))
+            .await
+            .expect("list");
         assert_eq!(page.tasks.len(), 1);
         let queued = ListTasks::new(TaskFilter::new().status(TaskStatus::Queued)).limit(2);
         let first = pool.list_tasks(&queued).await.expect("list");
@@ -394,7 +397,10 @@ mod tests {
         let retried = pool.retry_task(failed.id).await.expect("retry_task");
         assert_eq!(retried.status, TaskStatus::Queued);
         let cancelled = pool.cancel_task(failed.id, "operator").await;
-        assert_eq!(cancelled.expect("cancel_task").status, TaskStatus::Cancelled);
+        assert_eq!(
+            cancelled.expect("cancel_task").status,
+            TaskStatus::Cancelled
+        );
         pool.delete_task(failed.id).await.expect("delete_task");
         let txn = pool.begin().await.expect("begin");
         let inside = txn
@@ -403,7 +409,10 @@ mod tests {
             .expect("list in a transaction");
         assert_eq!(inside.tasks.len(), 5);
         let all = TaskFilter::new();
-        let cancelled = txn.cancel_tasks(&all, 2, "bulk").await.expect("cancel_tasks");
+        let cancelled = txn
+            .cancel_tasks(&all, 2, "bulk")
+            .await
+            .expect("cancel_tasks");
         assert_eq!(cancelled.applied, 2);
         txn.commit().await.expect("commit");
         let retried = pool.retry_tasks(&all, 10).await.expect("retry_tasks");
@@ -468,7 +477,10 @@ mod tests {
                 .task_type(task_type.clone())
                 .user_id(user.clone())
                 .key_prefix(format!("r{hostile}"));
-            let page = pool.list_tasks(&ListTasks::new(filter)).await.expect("list");
+            let page = pool
+                .list_tasks(&ListTasks::new(filter))
+                .await
+                .expect("list");
             assert_eq!(page.tasks.len(), 1, "{hostile:?}");
 
             // A worker id, a result, an error, a retry's error, a reason.
@@ -477,16 +489,26 @@ mod tests {
             let claimed = pool.claim(&worker, &types, lease).await.expect("claim");
             let claimed = claimed.expect("the task");
             assert_eq!(claimed.id, created.id);
-            assert_eq!(claimed.lease_owner.as_deref(), Some(worker.as_str()), "{hostile:?}");
+            assert_eq!(
+                claimed.lease_owner.as_deref(),
+                Some(worker.as_str()),
+                "{hostile:?}"
+            );
             let result = serde_json::json!([hostile]);
             let error = format!("e{hostile}");
             let ended = match i % 3 {
-                0 => pool.complete(created.id, &worker, Some(result.clone())).await,
+                0 => {
+                    pool.complete(created.id, &worker, Some(result.clone()))
+                        .await
+                }
                 1 => pool.fail(created.id, &worker, &error, Retry::Never).await,
                 _ => {
                     let retry = Retry::After(Duration::ZERO);
                     let queued = pool.fail(created.id, &worker, &error, retry).await;
-                    assert_eq!(queued.expect("retry").error.as_deref(), Some(error.as_str()));
+                    assert_eq!(
+                        queued.expect("retry").error.as_deref(),
+                        Some(error.as_str())
+                    );
                     pool.cancel(created.id, &error).await
                 }
             };
@@ -501,16 +523,25 @@ mod tests {
             let filter = TaskFilter::new().task_type(task_type.clone());
             txn.retry_tasks(&filter, 10).await.expect("retry_tasks");
             let reason = format!("c{hostile}");
-            txn.cancel_tasks(&filter, 10, &reason).await.expect("cancel");
+            txn.cancel_tasks(&filter, 10, &reason)
+                .await
+                .expect("cancel");
             txn.commit().await.expect("commit");
             if i % 3 != 0 {
                 // Requeued by retry_tasks, then cancelled with the reason.
                 let stored = stored_task(pooled, created.id).await;
-                assert_eq!(stored.error.as_deref(), Some(reason.as_str()), "{hostile:?}");
+                assert_eq!(
+                    stored.error.as_deref(),
+                    Some(reason.as_str()),
+                    "{hostile:?}"
+                );
             }
             assert!(pool.pause(&task_type).await.expect("pause"));
             let paused = pool.paused().await.expect("paused");
-            assert!(paused.iter().any(|p| p.task_type == task_type), "{hostile:?}");
+            assert!(
+                paused.iter().any(|p| p.task_type == task_type),
+                "{hostile:?}"
+            );
             assert!(pool.resume(&task_type).await.expect("resume"));
         }
         assert_eq!(
@@ -604,7 +635,7 @@ async fn drain_a_thousand(
                 let sql = format!("INSERT INTO runs (task_id) VALUES ('{}')", task.id);
                 db.execute_unprepared(&sql)
                     .await
-                .map_err(|e| HandlerError::fail(format!("recording the run: {e}")))?;
+                    .map_err(|e| HandlerError::fail(format!("recording the run: {e}")))?;
                 Ok(None)
             }
         });

@@ -290,7 +290,10 @@ impl<'c> Conn<'c> {
         #[cfg(feature = "postgres")]
         if unprepared {
             let sql = super::literal::render(&sql, &args)?;
-            return self.unprepared(backend, sql, false).await.map(|done| done.1);
+            return self
+                .unprepared(backend, sql, false)
+                .await
+                .map(|done| done.1);
         }
         let _ = unprepared;
         dispatch! {
@@ -339,12 +342,20 @@ impl<'c> Conn<'c> {
             }
             Conn::PgTxn(txn) => raw!(&mut **txn),
             Conn::SeaOrmTxn(txn) if rows => Ok((unprepared_rows(txn, backend, sql).await?, 0)),
-            Conn::SeaOrmTxn(txn) => Ok((Vec::new(), txn.execute_unprepared(&sql).await?.rows_affected())),
+            Conn::SeaOrmTxn(txn) => Ok((
+                Vec::new(),
+                txn.execute_unprepared(&sql).await?.rows_affected(),
+            )),
             Conn::SeaOrm(db) if rows => {
-                let rows = db.query_all_raw(sea_orm::Statement::from_string(backend, sql)).await?;
+                let rows = db
+                    .query_all_raw(sea_orm::Statement::from_string(backend, sql))
+                    .await?;
                 Ok((rows, 0))
             }
-            Conn::SeaOrm(db) => Ok((Vec::new(), db.execute_unprepared(&sql).await?.rows_affected())),
+            Conn::SeaOrm(db) => Ok((
+                Vec::new(),
+                db.execute_unprepared(&sql).await?.rows_affected(),
+            )),
             #[allow(unreachable_patterns)]
             _ => Err(DbErr::Custom(
                 "task-dedup: PostgreSQL's pooler mode on another database's connection".to_owned(),
@@ -483,8 +494,10 @@ async fn unprepared_rows(
             }
             Err(err) if !retried && name_taken(&err) => {
                 retried = true;
-                txn.execute_unprepared(&format!("ROLLBACK TO SAVEPOINT {SAVEPOINT}; DEALLOCATE ALL"))
-                    .await?;
+                txn.execute_unprepared(&format!(
+                    "ROLLBACK TO SAVEPOINT {SAVEPOINT}; DEALLOCATE ALL"
+                ))
+                .await?;
             }
             Err(err) => return Err(err),
         }

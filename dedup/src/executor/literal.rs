@@ -76,42 +76,28 @@ fn literal(out: &mut String, arg: &Arg<'_>) -> Result<(), DbErr> {
         Arg::Bool(v) => out.push_str(if *v { "TRUE" } else { "FALSE" }),
         Arg::Time(v) => typed(out, &time(v), "timestamptz"),
         Arg::Array(array) => {
-            out.push_str("ARRAY[");
-            let element = match array {
-                Array::Uuid(v) => elements(out, v, "uuid", |out, v| Ok(typed(out, v, "uuid")))?,
-                Array::Str(v) => elements(out, v, "text", |out, v| text(out, v, "text"))?,
-                Array::Json(v) => elements(out, v, "jsonb", |out, v| json(out, *v))?,
-                Array::Bool(v) => elements(out, v, "bool", |out, v| {
-                    out.push_str(if *v { "TRUE" } else { "FALSE" });
-                    Ok(())
-                })?,
-                Array::Time(v) => elements(out, v, "timestamptz", |out, v| {
-                    Ok(typed(out, &time(v), "timestamptz"))
-                })?,
-                Array::I16(v) => elements(out, v, "int2", |out, v| Ok(typed(out, v, "int2")))?,
-                Array::I64(v) => elements(out, v, "int8", |out, v| Ok(typed(out, v, "int8")))?,
+            // Each element written as the scalar it is.
+            let (elements, element_type): (Vec<Arg<'_>>, _) = match array {
+                Array::Uuid(v) => (v.iter().map(|v| Arg::Uuid(*v)).collect(), "uuid"),
+                Array::Str(v) => (v.iter().map(|v| Arg::Str(v)).collect(), "text"),
+                Array::Json(v) => (v.iter().map(|v| Arg::Json(*v)).collect(), "jsonb"),
+                Array::Bool(v) => (v.iter().map(|v| Arg::Bool(*v)).collect(), "bool"),
+                Array::Time(v) => (v.iter().map(|v| Arg::Time(*v)).collect(), "timestamptz"),
+                Array::I16(v) => (v.iter().map(|v| Arg::I16(*v)).collect(), "int2"),
+                Array::I64(v) => (v.iter().map(|v| Arg::I64(*v)).collect(), "int8"),
             };
+            out.push_str("ARRAY[");
+            for (i, element) in elements.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                literal(out, element)?;
+            }
             // An empty array's type comes from the cast alone.
-            let _ = write!(out, "]::{element}[]");
+            let _ = write!(out, "]::{element_type}[]");
         }
     }
     Ok(())
-}
-
-/// Writes `values` separated by commas; gives back `ty`, their type.
-fn elements<'t, T>(
-    out: &mut String,
-    values: &[T],
-    ty: &'t str,
-    write: impl Fn(&mut String, &T) -> Result<(), DbErr>,
-) -> Result<&'t str, DbErr> {
-    for (i, value) in values.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        write(out, value)?;
-    }
-    Ok(ty)
 }
 
 /// A value whose text form holds neither quote nor backslash (digits, a UUID, a time),
@@ -174,7 +160,10 @@ mod tests {
         assert_eq!(one(Arg::Str("it's")), "E'it''s'::text");
         assert_eq!(one(Arg::Str(r"a\b")), r"E'a\\b'::text");
         assert_eq!(one(Arg::Str(r"\'")), r"E'\\'''::text");
-        assert_eq!(one(Arg::Str(r"'; DROP TABLE task_run; --")), r"E'''; DROP TABLE task_run; --'::text");
+        assert_eq!(
+            one(Arg::Str(r"'; DROP TABLE task_run; --")),
+            r"E'''; DROP TABLE task_run; --'::text"
+        );
         assert_eq!(one(Arg::Str("$$ $1 $a$ E'x'")), "E'$$ $1 $a$ E''x'''::text");
         assert_eq!(one(Arg::Str("café ✓ 𝄞")), "E'café ✓ 𝄞'::text");
         assert_eq!(one(Arg::Str("")), "E''::text");
@@ -189,7 +178,10 @@ mod tests {
     #[test]
     fn every_scalar_is_a_typed_constant() {
         let id = Uuid::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef);
-        assert_eq!(one(Arg::Uuid(id)), "'01234567-89ab-cdef-0123-456789abcdef'::uuid");
+        assert_eq!(
+            one(Arg::Uuid(id)),
+            "'01234567-89ab-cdef-0123-456789abcdef'::uuid"
+        );
         assert_eq!(one(Arg::I64(-5)), "'-5'::int8");
         assert_eq!(one(Arg::I16(3)), "'3'::int2");
         assert_eq!(one(Arg::Bool(true)), "TRUE");
@@ -200,21 +192,36 @@ mod tests {
             r#"E'{"a''b":"c\\\\d\\"e","n":[1,null]}'::jsonb"#
         );
         let at = chrono::DateTime::from_timestamp(1_700_000_000, 123_456_789).expect("a time");
-        assert_eq!(one(Arg::Time(at)), "'2023-11-14T22:13:20.123456Z'::timestamptz");
+        assert_eq!(
+            one(Arg::Time(at)),
+            "'2023-11-14T22:13:20.123456Z'::timestamptz"
+        );
     }
 
     #[test]
     fn arrays_carry_their_element_type_even_when_empty() {
         assert_eq!(one(Arg::Array(Array::Uuid(vec![]))), "ARRAY[]::uuid[]");
-        assert_eq!(one(Arg::Array(Array::Str(vec!["a", "'"]))), "ARRAY[E'a'::text,E''''::text]::text[]");
+        assert_eq!(
+            one(Arg::Array(Array::Str(vec!["a", "'"]))),
+            "ARRAY[E'a'::text,E''''::text]::text[]"
+        );
         let json = serde_json::json!(1);
         assert_eq!(
             one(Arg::Array(Array::Json(vec![Some(&json), None]))),
             "ARRAY[E'1'::jsonb,NULL::jsonb]::jsonb[]"
         );
-        assert_eq!(one(Arg::Array(Array::Bool(vec![true, false]))), "ARRAY[TRUE,FALSE]::bool[]");
-        assert_eq!(one(Arg::Array(Array::I16(vec![1]))), "ARRAY['1'::int2]::int2[]");
-        assert_eq!(one(Arg::Array(Array::I64(vec![-1]))), "ARRAY['-1'::int8]::int8[]");
+        assert_eq!(
+            one(Arg::Array(Array::Bool(vec![true, false]))),
+            "ARRAY[TRUE,FALSE]::bool[]"
+        );
+        assert_eq!(
+            one(Arg::Array(Array::I16(vec![1]))),
+            "ARRAY['1'::int2]::int2[]"
+        );
+        assert_eq!(
+            one(Arg::Array(Array::I64(vec![-1]))),
+            "ARRAY['-1'::int8]::int8[]"
+        );
         let at = chrono::DateTime::from_timestamp(0, 0).expect("a time");
         assert_eq!(
             one(Arg::Array(Array::Time(vec![at]))),
