@@ -145,7 +145,7 @@ pub(crate) fn unprepared(identity: impl FnOnce() -> Option<u64>) -> bool {
 /// named prepared statements needs ([`PoolerMode::NoPreparedStatements`]).
 ///
 /// Every task-dedup call on such a pool, the [`Worker`](crate::Worker) and the
-/// [`Admin`](crate::Admin) API on it included, then goes through the pooler. Inside your
+/// admin API ([`TaskAdmin`](crate::TaskAdmin)) on it included, then goes through the pooler. Inside your
 /// transaction ([`DedupConnection`](crate::DedupConnection) on a `DatabaseTransaction`)
 /// task-dedup cannot tell which pool the transaction came from: it uses the mode there
 /// once any pool of the process does.
