@@ -144,11 +144,11 @@ pub(crate) fn unprepared(identity: impl FnOnce() -> Option<u64>) -> bool {
 /// the same endpoint (host, port and database) as `mode` says: what a pooler without
 /// named prepared statements needs ([`PoolerMode::NoPreparedStatements`]).
 ///
-/// Every task-dedup call on such a pool, the [`Worker`](crate::Worker) and the
-/// admin API ([`TaskAdmin`](crate::TaskAdmin)) on it included, then goes through the pooler. Inside your
-/// transaction ([`DedupConnection`](crate::DedupConnection) on a `DatabaseTransaction`)
-/// task-dedup cannot tell which pool the transaction came from: it uses the mode there
-/// once any pool of the process does.
+/// Every task-dedup call on such a pool, the [`Worker`](crate::Worker) and the admin
+/// API ([`TaskAdmin`](crate::TaskAdmin)) on it included, then goes through the pooler.
+/// Inside your transaction ([`DedupConnection`](crate::DedupConnection) on a
+/// `DatabaseTransaction`) task-dedup cannot tell which pool the transaction came from:
+/// it uses the mode there once any pool of the process does.
 ///
 /// Your own SeaORM statements are sqlx's named prepared statements and are not changed:
 /// through PgBouncer before 1.21 in transaction mode they fail (sqlx issue #4328) unless
