@@ -354,6 +354,24 @@ mod tests {
         );
         let pruned = pool.prune_finished(Duration::ZERO).await.expect("prune");
         assert_eq!(pruned, 3, "succeeded, failed and cancelled");
+        // In the caller's transaction: a claim (in a savepoint of its own), a heartbeat,
+        // an ending, a pause.
+        let txn = pool.begin().await.expect("begin");
+        let t = txn
+            .claim(worker, &[], lease)
+            .await
+            .expect("claim in a transaction");
+        let t = t.expect("a queued task");
+        txn.heartbeat(t.id, worker, lease)
+            .await
+            .expect("heartbeat in a transaction");
+        let done = txn.complete(t.id, worker, None).await;
+        assert_eq!(done.expect("complete").status, TaskStatus::Succeeded);
+        assert!(txn.pause("render").await.expect("pause in a transaction"));
+        assert!(txn.resume("render").await.expect("resume in a transaction"));
+        txn.commit().await.expect("commit");
+        let stored = stored_task(pooled, t.id).await;
+        assert_eq!(stored.status, TaskStatus::Succeeded);
     }
 
     /// Every admin call, on the pool and in a transaction.
