@@ -12,7 +12,7 @@ use sea_orm_migration::sea_orm::sqlx;
 use sqlx::Connection;
 
 /// How long the probe waits for a host name to resolve and for the server to answer.
-pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The databases the command can connect to, by URL scheme.
 enum Server {
@@ -20,16 +20,16 @@ enum Server {
     MySql,
 }
 
-/// Connects once to the server of `url` (PostgreSQL, MySQL/MariaDB; SQLite opens a local
-/// file and fails fast on its own) and closes the connection. `Err` is one line naming
-/// the cause: connection refused, unknown host, no answer, authentication failed, no
-/// such database, or the server's own message.
-pub(crate) async fn probe(url: &str) -> Result<(), String> {
+/// Connects once to the database of `url` (PostgreSQL, MySQL/MariaDB, a SQLite file) and
+/// closes the connection. `Err` is one line naming the cause: connection refused,
+/// unknown host, no answer, authentication failed, no such database (a SQLite file that
+/// does not exist, unless the URL says `mode=rwc`), or the server's own message.
+pub async fn probe(url: &str) -> Result<(), String> {
     let parsed = url::Url::parse(url).map_err(|err| format!("not a database URL: {err}"))?;
     let (server, default_port) = match parsed.scheme() {
         "postgres" | "postgresql" => (Server::Postgres, 5432),
         "mysql" | "mariadb" => (Server::MySql, 3306),
-        "sqlite" => return Ok(()),
+        "sqlite" => return probe_sqlite(url).await,
         other => {
             return Err(format!(
                 "unsupported database URL scheme {other:?} (postgres, mysql or sqlite)"
@@ -80,6 +80,39 @@ pub(crate) async fn probe(url: &str) -> Result<(), String> {
         )),
     }
 }
+
+/// Opens the SQLite database of `url` once: a file that does not exist (and that the URL
+/// does not ask to create) is named, rather than SQLite's "unable to open database file".
+async fn probe_sqlite(url: &str) -> Result<(), String> {
+    let options = sqlx::sqlite::SqliteConnectOptions::from_str(url)
+        .map_err(|err| format!("invalid database URL: {err}"))?;
+    let attempt = async {
+        sqlx::SqliteConnection::connect_with(&options)
+            .await?
+            .close()
+            .await
+    };
+    match tokio::time::timeout(PROBE_TIMEOUT, attempt).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(sqlx::Error::Database(db)))
+            if db.code().as_deref() == Some(SQLITE_CANTOPEN)
+                && !options.get_filename().exists() =>
+        {
+            Err(format!(
+                "no such database: the SQLite file {} does not exist",
+                options.get_filename().display()
+            ))
+        }
+        Ok(Err(err)) => Err(format!("cannot open the SQLite database: {err}")),
+        Err(_) => Err(format!(
+            "the SQLite database did not open within {} s",
+            PROBE_TIMEOUT.as_secs()
+        )),
+    }
+}
+
+/// SQLite's result code for a file it cannot open.
+const SQLITE_CANTOPEN: &str = "14";
 
 /// SQLSTATEs of PostgreSQL's refusals at connection time.
 const PG_INVALID_PASSWORD: &str = "28P01";
