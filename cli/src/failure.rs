@@ -1,5 +1,6 @@
 //! [`Failure`]: why the command stopped, as one line and an exit status.
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use sea_orm::{DbErr, RuntimeErr};
@@ -74,7 +75,8 @@ impl Failure {
             .split_whitespace()
             .collect::<Vec<_>>()
             .join(" ");
-        eprintln!("task-dedup: {line}");
+        // A closed stderr leaves the exit status to tell.
+        let _ = writeln!(std::io::stderr(), "task-dedup: {line}");
         ExitCode::from(self.status)
     }
 }

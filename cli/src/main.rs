@@ -22,6 +22,7 @@ mod ops;
 mod output;
 mod tasks;
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -101,10 +102,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         task_dedup_migrate::setup_tracing(verbose, "sea_orm_migration=info");
         let url = database.url_or(DEFAULT_URL);
-        eprintln!(
-            "task-dedup: database {}",
-            task_dedup_migrate::redacted(&url)
-        );
+        say_database(&url);
         let options = database
             .connect_options(&url, verbose)
             .await
@@ -133,14 +131,18 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     closed.map_err(Failure::database)
 }
 
+/// Says on stderr which database the command works on (password redacted).
+fn say_database(url: &str) {
+    let line = format!("task-dedup: database {}", task_dedup_migrate::redacted(url));
+    // Nobody to tell: the command goes on.
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
 /// A pool on the database `args` name, after the probe said it can be reached.
 async fn connect(args: &DatabaseArgs, verbose: bool) -> Result<DatabaseConnection, Failure> {
     let url = args.url_or(EXISTING_SQLITE_URL);
     if verbose {
-        eprintln!(
-            "task-dedup: database {}",
-            task_dedup_migrate::redacted(&url)
-        );
+        say_database(&url);
     }
     let mut options = args
         .connect_options(&url, verbose)

@@ -1,5 +1,6 @@
 //! What a command prints: a table for people, or one JSON document with `--json`.
 
+use std::io::{ErrorKind, Write};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -14,16 +15,27 @@ pub(crate) trait Human {
     fn human(&self) -> String;
 }
 
-/// Prints `outcome` on stdout: as one JSON document when `json`, else as text.
+/// Prints `outcome` on stdout: as one JSON document when `json`, else as text. A reader
+/// that stops reading early (`| head`) ends the output, not the command with a panic.
 pub(crate) fn emit<T: Serialize + Human>(outcome: &T, json: bool) -> Result<(), Failure> {
-    if json {
-        let document = serde_json::to_string_pretty(outcome)
+    let text = if json {
+        let mut document = serde_json::to_string_pretty(outcome)
             .map_err(|err| Failure::failed(format!("cannot write JSON: {err}")))?;
-        println!("{document}");
+        document.push('\n');
+        document
     } else {
-        print!("{}", outcome.human());
+        outcome.human()
+    };
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(err) if err.kind() != ErrorKind::BrokenPipe => {
+            Err(Failure::failed(format!("cannot write the output: {err}")))
+        }
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// Columns aligned on spaces, a header row first, no borders: easy to read and to `grep`.

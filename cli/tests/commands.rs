@@ -565,3 +565,24 @@ fn without_a_url_the_sqlite_file_must_exist() {
         "{line}"
     );
 }
+
+/// A reader that stops reading (`| head`) ends the output quietly: no panic.
+#[test]
+fn a_closed_stdout_is_no_panic() {
+    let url = format!("sqlite://{}/pipe.db?mode=rwc", scratch().display());
+    assert_eq!(run(&["-u", &url, "migrate", "up"]).status, Some(0));
+    let mut child = Command::new(BIN)
+        .args(["-u", &url, "--json", "tasks", "stats"])
+        .current_dir(scratch())
+        .env("RUST_BACKTRACE", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn task-dedup");
+    // Closed before the command connects, so before it writes.
+    drop(child.stdout.take());
+    let output = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+}
