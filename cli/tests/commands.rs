@@ -586,3 +586,23 @@ fn a_closed_stdout_is_no_panic() {
     assert_eq!(output.status.code(), Some(0), "{stderr}");
     assert!(stderr.is_empty(), "{stderr}");
 }
+
+/// `-s` (PostgreSQL's search path) reaches the admin commands' pool as it does migrate's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_schema_flag_picks_the_postgres_schema() {
+    common::run(common::Dialect::Postgres, "schema_flag", schema_flag).await;
+}
+
+async fn schema_flag(db: &TestDb) {
+    db.exec("CREATE SCHEMA tenant_a").await;
+    ok(db, &["-s", "tenant_a", "migrate", "up"]);
+    assert_eq!(
+        json(db, &["-s", "tenant_a", "pause", "mail"])["changed"],
+        true
+    );
+    let paused = json(db, &["-s", "tenant_a", "paused"]);
+    assert_eq!(paused["paused"][0]["task_type"], "mail");
+    // The default schema, public, was never migrated.
+    let line = refused(&["-u", &db.url, "paused"], 1);
+    assert!(line.contains("run `task-dedup migrate up`"), "{line}");
+}
