@@ -9,7 +9,9 @@ use std::borrow::Cow;
 
 use super::Dialect;
 
-/// The statuses `Admin::counts_of_type` has an arm for: every status there is.
+/// The statuses `Admin::counts_of_type` has an arm for: every status there is
+/// (MySQL/MariaDB bind the type and the limit once per arm).
+#[cfg(feature = "mysql")]
 pub(crate) const COUNTED_STATUSES: usize = 5;
 
 /// What the admin API runs besides lists, per dialect. PostgreSQL and SQLite end their
