@@ -15,7 +15,7 @@ use common::TestDb;
 use common::rows::at;
 use scraper::{ElementRef, Html, Selector};
 use sea_orm::{ActiveValue::Set, ConnectionTrait, EntityTrait};
-use task_dedup::{TaskAdmin, TaskStatus, TaskWorker, task_run};
+use task_dedup::{NewTask, TaskAdmin, TaskDedup, TaskKey, TaskStatus, TaskWorker, task_run};
 use task_dedup_web::Dashboard;
 use tower::ServiceExt;
 use uuid::Uuid;
@@ -270,6 +270,10 @@ async fn overview_counts_types_and_shows_paused_ones(db: &TestDb) {
     }
     db.db.pause("mail").await.expect("pause");
     db.db.pause("idle").await.expect("pause");
+    // Past the overview's count limit, a count is a lower bound.
+    let many = (0..=task_dedup::DEFAULT_COUNT_LIMIT)
+        .map(|i| NewTask::new(TaskKey::new("u", "bulk", format!("k{i}")).expect("key")));
+    db.db.find_or_enqueue_many(many).await.expect("enqueue");
 
     let mut browser = Browser::new(app(db, false));
     // Nested at /admin, axum routes /admin (not /admin/) to the dashboard's `/`.
@@ -289,14 +293,15 @@ async fn overview_counts_types_and_shows_paused_ones(db: &TestDb) {
         assert_eq!(count("mail", "cancelled"), "1");
         // A paused type without tasks still has its row, to resume it from.
         assert_eq!(count("idle", "queued"), "0");
-        assert_eq!(page.all("#counts tbody tr").len(), 3);
+        assert_eq!(count("bulk", "queued"), "1,000+");
+        assert_eq!(page.all("#counts tbody tr").len(), 4);
         assert_eq!(page.all("svg#throughput polyline").len(), 3);
         assert_eq!(
             page.all("#oldest-queued tr[data-task-type]")
                 .iter()
                 .map(|r| r.attr("data-task-type").expect("type"))
                 .collect::<Vec<_>>(),
-            ["export"]
+            ["bulk", "export"]
         );
         let paused: Vec<_> = page
             .all("#paused-types li[data-task-type]")
@@ -1025,7 +1030,12 @@ async fn dashboard_pages_on_a_million_tasks() {
                         .body(Body::empty())
                         .expect("request");
                     let started = std::time::Instant::now();
-                    let response = browser.app.clone().oneshot(request).await.expect("infallible");
+                    let response = browser
+                        .app
+                        .clone()
+                        .oneshot(request)
+                        .await
+                        .expect("infallible");
                     let status = response.status();
                     axum::body::to_bytes(response.into_body(), usize::MAX)
                         .await
@@ -1060,7 +1070,11 @@ async fn dashboard_pages_on_a_million_tasks() {
                     println!("| `{}` | {:.1} |", $name, times[ROUNDS / 2]);
                 }};
             }
-            time_call!("counts", db.db.counts());
+            time_call!("counts (not on the page)", db.db.counts());
+            time_call!(
+                "counts_up_to(1,000)",
+                db.db.counts_up_to(task_dedup::DEFAULT_COUNT_LIMIT)
+            );
             time_call!("throughput", db.db.throughput());
             time_call!("oldest_queued", db.db.oldest_queued());
             time_call!("paused", db.db.paused());
