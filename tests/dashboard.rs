@@ -774,6 +774,26 @@ async fn actions_without_the_csrf_token_or_cross_site_are_403(db: &TestDb) {
         )
         .await;
     assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
+
+    // HTTP/2 has no Host header: the URI's authority is the host.
+    let other = insert(db, Seed::new("export", "b", TaskStatus::Queued, 1)).await;
+    let absolute = format!("http://127.0.0.1:3000{PREFIX}/tasks/{other}/cancel");
+    let page = browser
+        .post_with(
+            &absolute,
+            &[("csrf_token", &token)],
+            &[("origin", "http://evil.example")],
+        )
+        .await;
+    assert_eq!(page.status, StatusCode::FORBIDDEN, "{}", page.body);
+    let page = browser
+        .post_with(
+            &absolute,
+            &[("csrf_token", &token)],
+            &[("origin", "http://127.0.0.1:3000")],
+        )
+        .await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
 }
 
 async fn read_only_hides_and_refuses_every_action(db: &TestDb) {
@@ -904,6 +924,13 @@ async fn unknown_paths_are_404_and_the_style_sheet_is_served(db: &TestDb) {
         assert_eq!(page.status, StatusCode::NOT_FOUND, "{uri}");
         page.one("#nav-overview");
     }
+    // An action's URL opened as a link: 405, the page says why.
+    let queued = insert(db, Seed::new("export", "a", TaskStatus::Queued, 0)).await;
+    let page = browser
+        .get(&format!("{PREFIX}/tasks/{queued}/cancel"))
+        .await;
+    assert_eq!(page.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert!(page.flash().0.contains("POST"));
     let css = browser.get("/admin/style.css").await;
     assert_eq!(css.status, StatusCode::OK);
     assert!(

@@ -158,6 +158,7 @@ impl Dashboard {
             .route("/types/{task_type}/{action}", post(actions::task_type))
             .route("/style.css", get(layout::style))
             .fallback(context::not_found)
+            .method_not_allowed_fallback(context::method_not_allowed)
             .with_state(Arc::new(self))
     }
 }
