@@ -26,8 +26,9 @@
 //! # }
 //! ```
 //!
-//! Nest it rather than merge it: the router has a fallback of its own (the dashboard's
-//! 404 page), and axum refuses to merge two routers that both have one. A router nested
+//! Nest it rather than merge it, at a static path (its links are built from the path it
+//! is nested at, as axum's `NestedPath` gives it): the router has a fallback of its own
+//! (the dashboard's 404 page), and axum refuses to merge two routers that both have one. A router nested
 //! at `/admin` answers `/admin`, not `/admin/` (axum's rule); redirect the latter in
 //! your application if your users type it.
 //!
