@@ -408,6 +408,8 @@ mod tests {
         assert_eq!(got.expect("the task").status, TaskStatus::Failed);
         let counts = pool.counts().await.expect("counts");
         assert_eq!(counts.iter().map(|c| c.count).sum::<u64>(), 6);
+        let up_to = pool.counts_up_to(3).await.expect("counts_up_to");
+        assert_eq!(up_to.iter().map(|c| c.count).sum::<u64>(), 4, "{up_to:?}");
         let throughput = pool.throughput().await.expect("throughput");
         assert_eq!(throughput.minutes.len(), 60);
         let oldest = pool.oldest_queued().await.expect("oldest_queued");
