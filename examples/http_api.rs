@@ -18,6 +18,12 @@
 //! Every error is JSON, `{"error": "..."}`. Bad input is always a 4xx; only a failing
 //! database gives a 5xx.
 //!
+//! - `/admin` is the dashboard of [`task_dedup_web`], nested in the service's router.
+//!   Authentication is the application's choice, not the dashboard's: here a tower layer
+//!   asks for basic authentication (user `ADMIN_USER`, default `admin`, and password
+//!   `ADMIN_PASSWORD`; without `ADMIN_PASSWORD` the dashboard is not mounted). Basic
+//!   authentication sends the password with every request: serve it over TLS.
+//!
 //! The service keeps its own `workflow_run` projection (the last known state of each task
 //! it enqueued or cancelled), created by its own migration spliced next to task-dedup's in
 //! [`Migrator`]. The projection is written in the same transaction as the enqueue or the
@@ -34,15 +40,17 @@
 //! curl -i -X POST localhost:3000/tasks/<id>/cancel -H 'content-type: application/json' \
 //!      -d '{"reason": "changed my mind"}'
 //! cargo run --example worker        # works the queue of the same database
+//! ADMIN_PASSWORD=secret cargo run --example http_api   # then open localhost:3000/admin
 //! ```
 //!
 //! `DATABASE_URL` switches the database (default: the embedded SQLite file
 //! `http_api.db`), `BIND` the address (default `127.0.0.1:3000`).
 
 use axum::extract::rejection::{JsonRejection, PathRejection};
-use axum::extract::{Path, State};
+use axum::extract::{Path, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use sea_orm::sea_query::OnConflict;
@@ -74,10 +82,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_DATABASE_URL.to_owned());
     let bind = std::env::var("BIND").unwrap_or_else(|_| DEFAULT_BIND.to_owned());
 
+    let admin = match std::env::var("ADMIN_PASSWORD") {
+        Ok(password) if !password.is_empty() => Some(Credentials {
+            user: std::env::var("ADMIN_USER").unwrap_or_else(|_| "admin".to_owned()),
+            password,
+        }),
+        _ => {
+            tracing::info!("ADMIN_PASSWORD is not set: the dashboard (/admin) is not mounted");
+            None
+        }
+    };
+
     let db = setup(&url).await?;
     let listener = tokio::net::TcpListener::bind(&bind).await?;
     tracing::info!(address = %listener.local_addr()?, backend = ?db.get_database_backend(), "listening");
-    axum::serve(listener, router(db.clone()))
+    axum::serve(listener, router(db.clone(), admin))
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
             tracing::info!("shutting down: finishing the requests in flight");
@@ -94,16 +113,83 @@ pub async fn setup(url: &str) -> Result<DatabaseConnection, DbErr> {
     Ok(db)
 }
 
-/// The service's routes on `db`.
-pub fn router(db: DatabaseConnection) -> Router {
-    Router::new()
+/// The service's routes on `db`, and the dashboard at `/admin` for `admin`.
+pub fn router(db: DatabaseConnection, admin: Option<Credentials>) -> Router {
+    let api = Router::new()
         .route("/users/{user_id}/tasks", post(enqueue))
         .route("/users/{user_id}/exports", post(enqueue_export))
         .route("/tasks/{id}", get(get_task))
         .route("/tasks/{id}/cancel", post(cancel))
         .fallback(async || ApiError::NoRoute)
         .method_not_allowed_fallback(async || ApiError::MethodNotAllowed)
-        .with_state(db)
+        .with_state(db.clone());
+    match admin {
+        Some(admin) => {
+            let dashboard =
+                task_dedup_web::Dashboard::new(db)
+                    .router()
+                    .layer(middleware::from_fn_with_state(
+                        std::sync::Arc::new(admin.header()),
+                        basic_auth,
+                    ));
+            // A router nested at /admin answers /admin, not /admin/: send the latter there.
+            api.route("/admin/", get(async || Redirect::permanent("/admin")))
+                .nest("/admin", dashboard)
+        }
+        None => api,
+    }
+}
+
+/// Who may open the dashboard.
+#[derive(Debug, Clone)]
+pub struct Credentials {
+    pub user: String,
+    pub password: String,
+}
+
+impl Credentials {
+    /// The `Authorization` header that carries them.
+    pub fn header(&self) -> String {
+        use base64::Engine;
+        let pair = format!("{}:{}", self.user, self.password);
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(pair)
+        )
+    }
+}
+
+/// Basic authentication in front of the dashboard: the application's choice (any tower
+/// layer does; the dashboard has no notion of users).
+async fn basic_auth(
+    State(expected): State<std::sync::Arc<String>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let given = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .map(|value| value.as_bytes())
+        .unwrap_or_default();
+    // Compared without stopping at the first difference: the header holds a password.
+    let matches = given.len() == expected.len()
+        && given
+            .iter()
+            .zip(expected.as_bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0;
+    if matches {
+        return next.run(request).await;
+    }
+    (
+        StatusCode::UNAUTHORIZED,
+        [(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Basic realm=\"task-dedup dashboard\", charset=\"UTF-8\""),
+        )],
+        "authentication required",
+    )
+        .into_response()
 }
 
 /// The application's migrator: task-dedup's migrations, then the application's own.

@@ -18,7 +18,7 @@ use http_api::workflow_run;
 use reqwest::{Client, RequestBuilder, StatusCode, Url};
 use sea_orm::{EntityTrait, PaginatorTrait};
 use serde_json::{Value, json};
-use task_dedup::{TaskStatus, TaskWorker, task_run};
+use task_dedup::{TaskAdmin, TaskStatus, TaskWorker, task_run};
 use task_dedup_migration::MigratorTrait;
 use tokio::sync::Barrier;
 use uuid::Uuid;
@@ -30,6 +30,7 @@ matrix!(
     cancel_answers_404_409_and_releases_the_key,
     failed_projection_write_rolls_back_the_enqueue,
     typed_exports_take_key_and_policies_from_their_type,
+    admin_asks_for_credentials_and_serves_with_them,
 );
 
 const STORM: usize = 50;
@@ -59,7 +60,7 @@ async fn start(db: &TestDb) -> Server {
         .await
         .expect("bind");
     let address = listener.local_addr().expect("address");
-    let app = http_api::router(pool.db.clone());
+    let app = http_api::router(pool.db.clone(), Some(admin_credentials()));
     let serve = tokio::spawn(async move { axum::serve(listener, app).await.expect("serve") });
     let client = Client::builder()
         .no_proxy()
@@ -97,6 +98,14 @@ impl Server {
 
     fn get_task(&self, id: &str) -> RequestBuilder {
         self.client.get(self.url(&["tasks", id]))
+    }
+}
+
+/// The dashboard's credentials in the tests.
+fn admin_credentials() -> http_api::Credentials {
+    http_api::Credentials {
+        user: "ops".to_owned(),
+        password: "s3cret: with a colon".to_owned(),
     }
 }
 
@@ -511,4 +520,73 @@ async fn typed_exports_take_key_and_policies_from_their_type(db: &TestDb) {
         "report of the wrong type",
     );
     assert_eq!(task_count(db).await, 1);
+}
+
+async fn admin_asks_for_credentials_and_serves_with_them(db: &TestDb) {
+    let server = start(db).await;
+    let (status, body) = send(server.post_task(
+        "alice",
+        &json!({"task_type": "export", "resource_key": "report/<b>1</b>"}),
+    ))
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let id = id_of(&body);
+    let admin = admin_credentials();
+    let page = |segments: &[&str]| server.client.get(server.url(segments));
+
+    // Without credentials, or with wrong ones: 401 and a basic-authentication challenge,
+    // on the pages and the actions alike.
+    for request in [
+        page(&["admin"]),
+        page(&["admin", "tasks", &id.to_string()]),
+        page(&["admin"]).basic_auth(&admin.user, Some("wrong")),
+        page(&["admin"]).basic_auth("someone", Some(&admin.password)),
+        server
+            .client
+            .post(server.url(&["admin", "tasks", &id.to_string(), "cancel"])),
+    ] {
+        let response = request.send().await.expect("request");
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+        let challenge = response.headers()[reqwest::header::WWW_AUTHENTICATE]
+            .to_str()
+            .expect("ascii");
+        assert!(challenge.starts_with("Basic realm="), "{challenge}");
+    }
+    assert_eq!(
+        db.db.get_task(id).await.expect("get").expect("task").status,
+        TaskStatus::Queued
+    );
+
+    // With them: the overview (also at /admin/), the list and the task.
+    for segments in [
+        &["admin"][..],
+        &["admin", ""],
+        &["admin", "tasks"],
+        &["admin", "tasks", &id.to_string()],
+    ] {
+        let response = page(segments)
+            .basic_auth(&admin.user, Some(&admin.password))
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(response.status(), StatusCode::OK, "{segments:?}");
+        assert!(
+            response.headers()[reqwest::header::CONTENT_TYPE]
+                .to_str()
+                .expect("ascii")
+                .starts_with("text/html")
+        );
+        let html = response.text().await.expect("body");
+        assert!(html.contains("id=\"nav-overview\""), "{html}");
+        if segments.len() > 1 && !segments[1].is_empty() {
+            assert!(html.contains(&id.to_string()), "{segments:?}: {html}");
+            assert!(html.contains("report/&lt;b&gt;1&lt;/b&gt;"), "{html}");
+        } else {
+            assert!(html.contains("data-task-type=\"export\""), "{html}");
+        }
+    }
+
+    // The API itself asks for nothing.
+    let (status, _) = send(server.get_task(&id.to_string())).await;
+    assert_eq!(status, StatusCode::OK);
 }

@@ -1,0 +1,231 @@
+//! `GET /`: tasks per type and status, the throughput of the last hour, the oldest queued
+//! task per type, the paused types.
+
+use std::collections::BTreeMap;
+
+use axum::extract::RawQuery;
+use axum::http::StatusCode;
+use axum::response::Response;
+use chrono::{DateTime, Utc};
+use maud::{Markup, html};
+use serde::Deserialize;
+use task_dedup::{OldestQueued, TaskAdmin, TaskStatus, TaskWorker, Throughput};
+
+use crate::context::Ctx;
+use crate::error::Error;
+use crate::format;
+use crate::layout::{self, Flash, Nav, csrf_field};
+
+/// The statuses as columns, in a task's order of life.
+pub(crate) const STATUSES: [TaskStatus; 5] = [
+    TaskStatus::Queued,
+    TaskStatus::Running,
+    TaskStatus::Succeeded,
+    TaskStatus::Failed,
+    TaskStatus::Cancelled,
+];
+
+/// The overview's parameters: the outcome of the action that led here.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct Params {
+    flash: Option<String>,
+}
+
+/// `GET /`.
+pub(crate) async fn page(ctx: Ctx, RawQuery(query): RawQuery) -> Response {
+    // Only a flash word is read here: a query that does not parse shows no message.
+    let params: Params =
+        serde_urlencoded::from_str(query.as_deref().unwrap_or_default()).unwrap_or_default();
+    ctx.respond(overview(&ctx, Flash::done(params.flash.as_deref())).await)
+}
+
+/// One row of the counts table: a task type.
+#[derive(Default)]
+struct TypeRow<'a> {
+    /// Per status of [`STATUSES`]: the count, and whether it is a lower bound.
+    counts: [(u64, bool); 5],
+    oldest: Option<&'a OldestQueued>,
+    paused_at: Option<DateTime<Utc>>,
+}
+
+async fn overview(ctx: &Ctx, flash: Option<Flash>) -> Result<Response, Error> {
+    let db = &ctx.app.db;
+    let counts = db.counts().await?;
+    let throughput = db.throughput().await?;
+    let oldest = db.oldest_queued().await?;
+    let paused = db.paused().await?;
+
+    let mut types: BTreeMap<&str, TypeRow<'_>> = BTreeMap::new();
+    for count in &counts {
+        let row = types.entry(&count.task_type).or_default();
+        if let Some(i) = STATUSES.iter().position(|s| *s == count.status) {
+            row.counts[i] = (count.count, false);
+        }
+    }
+    for queued in &oldest {
+        types.entry(&queued.task_type).or_default().oldest = Some(queued);
+    }
+    for paused in &paused {
+        types.entry(&paused.task_type).or_default().paused_at = Some(paused.paused_at);
+    }
+
+    let body = html! {
+        h1 { "Overview" }
+        section #counts-section {
+            h2 { "Tasks by type and status" }
+            @if types.is_empty() {
+                p.empty { "No tasks yet." }
+            }
+            table #counts {
+                thead {
+                    tr {
+                        th scope="col" { "Type" }
+                        @for status in STATUSES { th scope="col" .num { (status.as_str()) } }
+                        th scope="col" { "Oldest queued" }
+                        @if !ctx.app.read_only { th scope="col" { span.visually-hidden { "Actions" } } }
+                    }
+                }
+                tbody {
+                    @for (task_type, row) in &types {
+                        (type_row(ctx, task_type, row))
+                    }
+                }
+            }
+        }
+        section #throughput-section {
+            h2 { "Throughput, last hour" }
+            (chart(&throughput))
+        }
+        section #oldest-section {
+            h2 { "Oldest queued task per type" }
+            table #oldest-queued {
+                thead { tr { th scope="col" { "Type" } th scope="col" { "Waiting for" } th scope="col" { "Created" } } }
+                tbody {
+                    @for queued in &oldest {
+                        tr data-task-type=(queued.task_type) {
+                            td { (queued.task_type) }
+                            td.num { (format::age(queued.age)) }
+                            td { time datetime=(format::rfc3339(queued.created_at)) { (format::time(queued.created_at)) } }
+                        }
+                    }
+                    @if oldest.is_empty() {
+                        tr { td colspan="3" .empty { "No queued tasks." } }
+                    }
+                }
+            }
+        }
+        section #paused-types {
+            h2 { "Paused types" }
+            @if paused.is_empty() {
+                p.empty { "No type is paused." }
+            } @else {
+                ul {
+                    @for paused in &paused {
+                        li data-task-type=(paused.task_type) {
+                            strong { (paused.task_type) } ", since "
+                            time datetime=(format::rfc3339(paused.paused_at)) { (format::time(paused.paused_at)) }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    Ok(ctx.html(
+        StatusCode::OK,
+        layout::page(ctx, "Overview", Nav::Overview, flash, true, body),
+    ))
+}
+
+fn type_row(ctx: &Ctx, task_type: &str, row: &TypeRow<'_>) -> Markup {
+    let paused = row.paused_at.is_some();
+    let (action, label) = if paused {
+        ("resume", "Resume")
+    } else {
+        ("pause", "Pause")
+    };
+    html! {
+        tr data-task-type=(task_type) .paused[paused] {
+            th scope="row" {
+                a href=(ctx.tasks_url(&[("type", task_type)])) { (task_type) }
+                @if paused { " " span.badge { "paused" } }
+            }
+            @for (status, (n, lower_bound)) in STATUSES.iter().zip(row.counts) {
+                td.num data-status=(status.as_str()) {
+                    @if n == 0 {
+                        "0"
+                    } @else {
+                        a href=(ctx.tasks_url(&[("type", task_type), ("status", status.as_str())])) {
+                            (format::count(n)) @if lower_bound { "+" }
+                        }
+                    }
+                }
+            }
+            td.num { @if let Some(oldest) = row.oldest { (format::age(oldest.age)) } @else { "—" } }
+            @if !ctx.app.read_only {
+                td {
+                    form method="post" action=(ctx.url(&format!("/types/{}/{action}", format::segment(task_type)))) {
+                        (csrf_field(ctx))
+                        button type="submit" data-action=(action) data-task-type=(task_type) { (label) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Chart geometry: the plot's size in SVG units.
+const WIDTH: f64 = 720.0;
+const HEIGHT: f64 = 160.0;
+const LEFT: f64 = 40.0;
+
+/// The last hour as three lines (created, succeeded, failed per minute), drawn as SVG.
+fn chart(throughput: &Throughput) -> Markup {
+    let minutes = &throughput.minutes;
+    let max = minutes
+        .iter()
+        .map(|m| m.created.max(m.succeeded).max(m.failed))
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    let step = (WIDTH - LEFT) / (minutes.len().max(2) - 1) as f64;
+    let points = |value: fn(&task_dedup::MinuteCounts) -> u64| -> String {
+        minutes
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let x = LEFT + i as f64 * step;
+                let y = HEIGHT - (value(m) as f64 / max as f64) * (HEIGHT - 10.0);
+                format!("{x:.1},{y:.1}")
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let total =
+        |value: fn(&task_dedup::MinuteCounts) -> u64| -> u64 { minutes.iter().map(value).sum() };
+    let series: [(&str, fn(&task_dedup::MinuteCounts) -> u64); 3] = [
+        ("created", |m| m.created),
+        ("succeeded", |m| m.succeeded),
+        ("failed", |m| m.failed),
+    ];
+    html! {
+        svg #throughput xmlns="http://www.w3.org/2000/svg" role="img"
+            viewBox=(format!("0 0 {WIDTH} {}", HEIGHT + 20.0))
+            aria-labelledby="throughput-title" {
+            title #throughput-title { "Tasks created, succeeded and failed per minute over the last hour" }
+            line.axis x1=(LEFT) y1=(HEIGHT) x2=(WIDTH) y2=(HEIGHT) {}
+            line.axis x1=(LEFT) y1="10" x2=(LEFT) y2=(HEIGHT) {}
+            text.label x=(LEFT - 4.0) y="14" text-anchor="end" { (format::count(max)) }
+            text.label x=(LEFT - 4.0) y=(HEIGHT) text-anchor="end" { "0" }
+            text.label x=(LEFT) y=(HEIGHT + 16.0) { "60 min ago" }
+            text.label x=(WIDTH) y=(HEIGHT + 16.0) text-anchor="end" { "now" }
+            @for (name, value) in series {
+                polyline class=(format!("series {name}")) data-series=(name) points=(points(value)) {}
+            }
+        }
+        ul.legend {
+            @for (name, value) in series {
+                li class=(name) { span.swatch {} (name) ": " (format::count(total(value))) }
+            }
+        }
+    }
+}
