@@ -9,8 +9,8 @@
 //! Needs `chromium` and `chromedriver` (Debian's `chromium`, `chromium-driver`; or the
 //! paths in `TASK_DEDUP_CHROMIUM` / `TASK_DEDUP_CHROMEDRIVER`). Without them the tests
 //! print a `skipped` line, and fail under `CI=true` (`.ci/run` installs them). The
-//! overview and a task page are saved as `target/screenshots/overview.png` and
-//! `task.png` for review.
+//! overview, the filtered list and a task page are saved as
+//! `target/screenshots/overview.png`, `tasks.png` and `task.png` for review.
 
 mod common;
 
@@ -114,6 +114,7 @@ async fn retry_a_failed_task_found_through_the_filters(db: &TestDb, browser: &Br
         browser.listed().await,
         vec![(export_failed.id, "failed".to_owned())]
     );
+    browser.screenshot(db, "tasks").await;
 
     // Its page, then retry.
     browser
@@ -606,9 +607,13 @@ struct Driver {
 
 impl Drop for Driver {
     fn drop(&mut self) {
-        let _ = Command::new("kill")
+        // procps' kill takes a negative id for the group; without it, chromedriver alone.
+        let group = Command::new("kill")
             .args(["-KILL", "--", &format!("-{}", self.child.id())])
             .status();
+        if !group.is_ok_and(|status| status.success()) {
+            let _ = self.child.kill();
+        }
         let _ = self.child.wait();
     }
 }
