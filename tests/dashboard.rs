@@ -177,7 +177,7 @@ impl Browser {
                 .map(|(_, v)| v.to_owned())
                 .expect("pair");
         }
-        let page = self.get(&PREFIX.to_owned()).await;
+        let page = self.get(PREFIX).await;
         let token = page
             .all("input[name=csrf_token]")
             .first()
@@ -339,7 +339,7 @@ async fn overview_counts_types_and_shows_paused_ones(db: &TestDb) {
             .refresh_interval(None)
             .router(),
     );
-    let page = Browser::new(quiet).get(&PREFIX.to_owned()).await;
+    let page = Browser::new(quiet).get(PREFIX).await;
     assert!(page.all("script").is_empty());
 }
 
@@ -831,7 +831,7 @@ async fn hostile_strings_are_escaped_in_text_attributes_and_urls(db: &TestDb) {
     db.db.pause(task_type).await.expect("pause");
 
     let mut browser = Browser::new(app(db, false));
-    let overview = browser.get(&PREFIX.to_owned()).await;
+    let overview = browser.get(PREFIX).await;
     let list = browser.get(&format!("{PREFIX}/tasks")).await;
     let task = browser.get(&format!("{PREFIX}/tasks/{id}")).await;
     for page in [&overview, &list, &task] {

@@ -4,7 +4,7 @@
 //!
 //! - **Overview**: tasks per type and status, a throughput chart of the last hour (SVG),
 //!   the oldest queued task per type, the paused types, pause and resume per type.
-//! - **Tasks**: the list with the filters of [`TaskAdmin::list_tasks`] (status, type,
+//! - **Tasks**: the list with the filters of [`TaskAdmin::list_tasks`](task_dedup::TaskAdmin::list_tasks) (status, type,
 //!   user, key prefix, creation time, order) in keyset pages.
 //! - **Task**: one task, its payload and result pretty-printed, its error, attempts,
 //!   timestamps, lease, scope, `run_at` and priority; retry, cancel and delete.

@@ -1,4 +1,4 @@
-//! `GET /tasks`: the task list, with the filters of [`TaskAdmin::list_tasks`], in keyset
+//! `GET /tasks`: the task list, with the filters of [`TaskAdmin::list_tasks`](task_dedup::TaskAdmin::list_tasks), in keyset
 //! pages.
 
 use axum::extract::RawQuery;

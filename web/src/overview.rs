@@ -9,7 +9,7 @@ use axum::response::Response;
 use chrono::{DateTime, Utc};
 use maud::{Markup, html};
 use serde::Deserialize;
-use task_dedup::{OldestQueued, TaskAdmin, TaskStatus, TaskWorker, Throughput};
+use task_dedup::{MinuteCounts, OldestQueued, TaskAdmin, TaskStatus, TaskWorker, Throughput};
 
 use crate::context::Ctx;
 use crate::error::Error;
@@ -178,6 +178,9 @@ const WIDTH: f64 = 720.0;
 const HEIGHT: f64 = 160.0;
 const LEFT: f64 = 40.0;
 
+/// One line of the chart: what it counts in a minute.
+type Series = fn(&MinuteCounts) -> u64;
+
 /// The last hour as three lines (created, succeeded, failed per minute), drawn as SVG.
 fn chart(throughput: &Throughput) -> Markup {
     let minutes = &throughput.minutes;
@@ -188,7 +191,7 @@ fn chart(throughput: &Throughput) -> Markup {
         .unwrap_or(0)
         .max(1);
     let step = (WIDTH - LEFT) / (minutes.len().max(2) - 1) as f64;
-    let points = |value: fn(&task_dedup::MinuteCounts) -> u64| -> String {
+    let points = |value: Series| -> String {
         minutes
             .iter()
             .enumerate()
@@ -202,7 +205,7 @@ fn chart(throughput: &Throughput) -> Markup {
     };
     let total =
         |value: fn(&task_dedup::MinuteCounts) -> u64| -> u64 { minutes.iter().map(value).sum() };
-    let series: [(&str, fn(&task_dedup::MinuteCounts) -> u64); 3] = [
+    let series: [(&str, Series); 3] = [
         ("created", |m| m.created),
         ("succeeded", |m| m.succeeded),
         ("failed", |m| m.failed),
