@@ -13,8 +13,8 @@ use common::rows::{self, at};
 use common::{Dialect, TestDb};
 use sea_orm::{DatabaseConnection, TransactionTrait};
 use task_dedup::{
-    Cursor, DedupError, ListTasks, MAX_ADMIN_BATCH, NewTask, Order, Retry, TaskAdmin, TaskDedup,
-    TaskFilter, TaskKey, TaskStatus, TaskWorker, Transition, task_run,
+    Cursor, DedupError, ListTasks, MAX_ADMIN_BATCH, MAX_COUNT_LIMIT, NewTask, Order, Retry,
+    TaskAdmin, TaskDedup, TaskFilter, TaskKey, TaskStatus, TaskWorker, Transition, task_run,
 };
 use tokio::sync::Barrier;
 use uuid::Uuid;
@@ -24,6 +24,7 @@ matrix!(
     pages_neither_repeat_nor_skip_while_tasks_are_inserted,
     get_task_returns_the_row,
     counts_throughput_and_oldest_queued,
+    counts_up_to_stop_at_the_limit,
     retry_requeues_a_failed_or_cancelled_task,
     retry_with_a_held_key_returns_the_holder_and_creates_nothing,
     concurrent_retries_of_one_task_retry_it_once,
@@ -320,6 +321,64 @@ async fn counts_throughput_and_oldest_queued(db: &TestDb) {
         "{:?}",
         oldest[0].age
     );
+}
+
+async fn counts_up_to_stop_at_the_limit(db: &TestDb) {
+    db.migrate().await;
+    // Five queued tasks of one type (past the limit of 3), three cancelled of another
+    // (at it).
+    let seeds: &[(&str, &str, TaskStatus, i64)] = &[
+        ("a", "q1", TaskStatus::Queued, 0),
+        ("a", "q2", TaskStatus::Queued, 0),
+        ("a", "q3", TaskStatus::Queued, 0),
+        ("a", "q4", TaskStatus::Queued, 0),
+        ("a", "q5", TaskStatus::Queued, 0),
+        ("a", "f1", TaskStatus::Failed, 1),
+        ("a", "f2", TaskStatus::Failed, 2),
+        ("b", "s1", TaskStatus::Succeeded, 3),
+        ("c", "c1", TaskStatus::Cancelled, 4),
+        ("c", "c2", TaskStatus::Cancelled, 5),
+        ("c", "c3", TaskStatus::Cancelled, 6),
+        ("d", "r1", TaskStatus::Running, 7),
+    ];
+    for &(task_type, key, status, seconds) in seeds {
+        rows::insert(&db.db, ("u", task_type, key), status, at(seconds))
+            .await
+            .expect("seed");
+    }
+    let view = |counts: Vec<task_dedup::StatusCount>| -> Vec<(String, TaskStatus, u64, bool)> {
+        counts
+            .into_iter()
+            .map(|c| (c.task_type, c.status, c.count, c.at_least))
+            .collect()
+    };
+    let row = |t: &str, s, n, at_least| (t.to_owned(), s, n, at_least);
+    assert_eq!(
+        view(db.db.counts_up_to(3).await.expect("counts up to 3")),
+        [
+            row("a", TaskStatus::Failed, 2, false),
+            row("a", TaskStatus::Queued, 3, true),
+            row("b", TaskStatus::Succeeded, 1, false),
+            // Exactly the limit: exact, not "at least".
+            row("c", TaskStatus::Cancelled, 3, false),
+            row("d", TaskStatus::Running, 1, false),
+        ]
+    );
+    // Under a limit no count reaches, the exact counts.
+    let exact = view(db.db.counts().await.expect("counts"));
+    let mut capped = view(db.db.counts_up_to(6).await.expect("counts up to 6"));
+    let mut exact_sorted = exact.clone();
+    exact_sorted.sort_by(|x, y| (&x.0, x.1.as_str()).cmp(&(&y.0, y.1.as_str())));
+    capped.sort_by(|x, y| (&x.0, x.1.as_str()).cmp(&(&y.0, y.1.as_str())));
+    assert_eq!(capped, exact_sorted);
+    assert!(exact.iter().all(|c| !c.3));
+    for bad in [0, MAX_COUNT_LIMIT + 1] {
+        let err = db.db.counts_up_to(bad).await.expect_err("a bad limit");
+        assert!(
+            matches!(err, DedupError::InvalidArgument { .. }),
+            "{bad}: {err:?}"
+        );
+    }
 }
 
 async fn retry_requeues_a_failed_or_cancelled_task(db: &TestDb) {

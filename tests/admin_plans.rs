@@ -1,6 +1,7 @@
 //! The admin lists' query plans on a big table: a list by status and type, and the list
 //! of every task, read an index (newest first, stopping after the page) on PostgreSQL
-//! (1,000,000 tasks) and MariaDB (200,000), never the whole table.
+//! (1,000,000 tasks) and MariaDB (200,000), never the whole table; so do the overview's
+//! oldest queued task per type, its throughput and its capped counts (PostgreSQL).
 //!
 //! The statements explained are the library's own: read from the snapshots that pin
 //! them (`dedup/src/dialect/snapshots`), so a change to the text is a change here too.
@@ -133,6 +134,36 @@ async fn lists_by_status_and_type_read_an_index(db: &TestDb) {
                         "{plan}"
                     );
                     assert!(plan.contains(index), "{plan}");
+                }
+            }
+            // The dashboard's counts (`counts_up_to`): the types, one index descent each,
+            // then per type each status up to DEFAULT_COUNT_LIMIT + 1 tasks, an index
+            // walk that stops there; under both plans, and never JIT-compiled (one
+            // statement over every type passed `jit_above_cost`: 12 s here).
+            let types = pinned(db.dialect, "task_types");
+            let per_type = pinned(db.dialect, "counts_of_type");
+            txn.execute_unprepared(&format!("PREPARE per_type(text, int8) AS {per_type}"))
+                .await
+                .expect("prepare");
+            let execute = format!(
+                "EXECUTE per_type('t3', {})",
+                task_dedup::DEFAULT_COUNT_LIMIT + 1
+            );
+            for mode in ["force_custom_plan", "force_generic_plan"] {
+                txn.execute_unprepared(&format!("SET LOCAL plan_cache_mode = {mode}"))
+                    .await
+                    .expect("plan mode");
+                for (name, sql) in [("task types", &types), ("counts of t3", &execute)] {
+                    let plan = postgres_plan(&txn, sql).await;
+                    println!("PostgreSQL, 1,000,000 tasks, {mode}, {name}:\n{plan}\n");
+                    assert!(
+                        !plan.contains("Seq Scan") && !plan.contains("JIT"),
+                        "{plan}"
+                    );
+                    assert!(
+                        plan.contains("Only Scan using task_run_type_status_created_idx"),
+                        "{plan}"
+                    );
                 }
             }
             txn.rollback().await.expect("rollback");

@@ -14,8 +14,8 @@ use axum::http::{HeaderMap, Request, StatusCode, header};
 use common::TestDb;
 use common::rows::at;
 use scraper::{ElementRef, Html, Selector};
-use sea_orm::{ActiveValue::Set, EntityTrait};
-use task_dedup::{TaskAdmin, TaskStatus, TaskWorker, task_run};
+use sea_orm::{ActiveValue::Set, ConnectionTrait, EntityTrait};
+use task_dedup::{NewTask, TaskAdmin, TaskDedup, TaskKey, TaskStatus, TaskWorker, task_run};
 use task_dedup_web::Dashboard;
 use tower::ServiceExt;
 use uuid::Uuid;
@@ -270,6 +270,10 @@ async fn overview_counts_types_and_shows_paused_ones(db: &TestDb) {
     }
     db.db.pause("mail").await.expect("pause");
     db.db.pause("idle").await.expect("pause");
+    // Past the overview's count limit, a count is a lower bound.
+    let many = (0..=task_dedup::DEFAULT_COUNT_LIMIT)
+        .map(|i| NewTask::new(TaskKey::new("u", "bulk", format!("k{i}")).expect("key")));
+    db.db.find_or_enqueue_many(many).await.expect("enqueue");
 
     let mut browser = Browser::new(app(db, false));
     // Nested at /admin, axum routes /admin (not /admin/) to the dashboard's `/`.
@@ -289,14 +293,15 @@ async fn overview_counts_types_and_shows_paused_ones(db: &TestDb) {
         assert_eq!(count("mail", "cancelled"), "1");
         // A paused type without tasks still has its row, to resume it from.
         assert_eq!(count("idle", "queued"), "0");
-        assert_eq!(page.all("#counts tbody tr").len(), 3);
+        assert_eq!(count("bulk", "queued"), "1,000+");
+        assert_eq!(page.all("#counts tbody tr").len(), 4);
         assert_eq!(page.all("svg#throughput polyline").len(), 3);
         assert_eq!(
             page.all("#oldest-queued tr[data-task-type]")
                 .iter()
                 .map(|r| r.attr("data-task-type").expect("type"))
                 .collect::<Vec<_>>(),
-            ["export"]
+            ["bulk", "export"]
         );
         let paused: Vec<_> = page
             .all("#paused-types li[data-task-type]")
@@ -946,4 +951,171 @@ async fn a_failing_database_is_the_one_500(db: &TestDb) {
     assert_eq!(page.status, StatusCode::BAD_REQUEST);
     let page = browser.get(&format!("{PREFIX}/tasks/nope")).await;
     assert_eq!(page.status, StatusCode::NOT_FOUND);
+}
+
+/// One task a second going back from now on ten types; of every 100, 90 succeeded, 5
+/// failed, 5 queued; each with a small payload, the failed ones with an error.
+const MILLION_TASKS: &str = "INSERT INTO task_run (id, user_id, task_type, resource_key, \
+    status, payload, error, attempts, created_at, updated_at, finished_at) \
+    SELECT gen_random_uuid(), 'u' || (n % 1000), 't' || (n % 10), 'report/' || n, \
+    CASE WHEN n % 100 < 90 THEN 'succeeded' WHEN n % 100 < 95 THEN 'failed' ELSE 'queued' END, \
+    jsonb_build_object('report', n, 'pages', jsonb_build_array(1, 2, 3)), \
+    CASE WHEN n % 100 BETWEEN 90 AND 94 THEN 'disk full' END, \
+    1, now() - n * interval '1 second', now() - n * interval '1 second', \
+    CASE WHEN n % 100 < 95 THEN now() - n * interval '1 second' + interval '200 ms' END \
+    FROM generate_series(1, 1000000) AS n";
+
+/// Server-side times of the dashboard's pages on PostgreSQL with 1,000,000 tasks (each
+/// page through the router: its queries and its rendering), and the plans of the
+/// statements they run that `tests/admin_plans.rs` does not show. Figures for
+/// BENCHMARKS.md, not a timed test: it asserts only that each page is served.
+///
+/// `cargo test --test dashboard -- --ignored --nocapture dashboard_pages_on_a_million_tasks`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "seeds 1,000,000 rows; prints timings for BENCHMARKS.md"]
+async fn dashboard_pages_on_a_million_tasks() {
+    common::run(
+        common::Dialect::Postgres,
+        "dashboard_pages_on_a_million_tasks",
+        async |db: &TestDb| {
+            db.migrate().await;
+            let started = std::time::Instant::now();
+            db.exec(MILLION_TASKS).await;
+            db.exec("ANALYZE task_run").await;
+            println!("seeded in {:?}", started.elapsed());
+            db.db.pause("t7").await.expect("pause");
+
+            let task = db
+                .db
+                .list_tasks(
+                    &task_dedup::ListTasks::new(
+                        task_dedup::TaskFilter::new().status(TaskStatus::Failed),
+                    )
+                    .limit(1),
+                )
+                .await
+                .expect("list")
+                .tasks[0]
+                .id;
+            let mut browser = Browser::new(app(db, false));
+            let second_page = browser
+                .get(&format!("{PREFIX}/tasks"))
+                .await
+                .one("#next-page")
+                .attr("href")
+                .expect("href")
+                .to_owned();
+            let pages = [
+                ("overview", PREFIX.to_owned()),
+                ("list, first page", format!("{PREFIX}/tasks")),
+                ("list, second page", second_page),
+                (
+                    "list, failed of one type",
+                    format!("{PREFIX}/tasks?status=failed&type=t3"),
+                ),
+                (
+                    "list, key prefix, oldest first",
+                    format!("{PREFIX}/tasks?key_prefix=report%2F99&order=oldest"),
+                ),
+                ("task", format!("{PREFIX}/tasks/{task}")),
+            ];
+            const ROUNDS: usize = 21;
+            println!("| page | median (ms) | min (ms) | max (ms) |\n|---|--:|--:|--:|");
+            for (name, uri) in &pages {
+                let mut times = Vec::with_capacity(ROUNDS);
+                for round in 0..ROUNDS + 2 {
+                    // The router's answer and its whole body; not the test's parsing.
+                    let request = Request::get(uri.as_str())
+                        .header(header::COOKIE, browser.cookie.clone().unwrap_or_default())
+                        .body(Body::empty())
+                        .expect("request");
+                    let started = std::time::Instant::now();
+                    let response = browser
+                        .app
+                        .clone()
+                        .oneshot(request)
+                        .await
+                        .expect("infallible");
+                    let status = response.status();
+                    axum::body::to_bytes(response.into_body(), usize::MAX)
+                        .await
+                        .expect("body");
+                    let elapsed = started.elapsed();
+                    assert_eq!(status, StatusCode::OK, "{uri}");
+                    // Two rounds to warm the pool's connections and the caches.
+                    if round >= 2 {
+                        times.push(elapsed.as_secs_f64() * 1000.0);
+                    }
+                }
+                times.sort_by(f64::total_cmp);
+                println!(
+                    "| {name} | {:.1} | {:.1} | {:.1} |",
+                    times[ROUNDS / 2],
+                    times[0],
+                    times[ROUNDS - 1]
+                );
+            }
+
+            // The overview's calls one by one.
+            println!("\n| overview call | median (ms) |\n|---|--:|");
+            macro_rules! time_call {
+                ($name:literal, $call:expr) => {{
+                    let mut times = Vec::with_capacity(ROUNDS);
+                    for _ in 0..ROUNDS {
+                        let started = std::time::Instant::now();
+                        $call.await.expect($name);
+                        times.push(started.elapsed().as_secs_f64() * 1000.0);
+                    }
+                    times.sort_by(f64::total_cmp);
+                    println!("| `{}` | {:.1} |", $name, times[ROUNDS / 2]);
+                }};
+            }
+            time_call!("counts (not on the page)", db.db.counts());
+            time_call!(
+                "counts_up_to(1,000)",
+                db.db.counts_up_to(task_dedup::DEFAULT_COUNT_LIMIT)
+            );
+            time_call!("throughput", db.db.throughput());
+            time_call!("oldest_queued", db.db.oldest_queued());
+            time_call!("paused", db.db.paused());
+
+            for (name, sql) in [
+                (
+                    "get_task",
+                    format!(
+                        "SELECT id, user_id, task_type, resource_key, status, payload, result, \
+                         error, attempts, lease_owner, lease_expires_at, created_at, updated_at, \
+                         started_at, finished_at, run_at, priority, scope, dedup_window_end, \
+                         concurrent FROM task_run WHERE id = '{task}'"
+                    ),
+                ),
+                (
+                    "counts",
+                    "SELECT task_type, status, COUNT(*) AS n FROM task_run \
+                     GROUP BY task_type, status ORDER BY task_type, status"
+                        .to_owned(),
+                ),
+                (
+                    "paused",
+                    "SELECT task_type, paused_at FROM task_dedup_paused ORDER BY task_type"
+                        .to_owned(),
+                ),
+            ] {
+                let rows = db
+                    .db
+                    .query_all_raw(sea_orm::Statement::from_string(
+                        sea_orm::DbBackend::Postgres,
+                        format!("EXPLAIN (ANALYZE, BUFFERS) {sql}"),
+                    ))
+                    .await
+                    .expect("explain");
+                println!("\n{name}:");
+                for row in rows {
+                    let line: String = row.try_get_by_index(0).expect("plan line");
+                    println!("{line}");
+                }
+            }
+        },
+    )
+    .await;
 }

@@ -170,8 +170,9 @@ mod validate;
 mod worker;
 
 pub use admin::{
-    BulkOutcome, Cursor, DEFAULT_PAGE_SIZE, ListTasks, MAX_ADMIN_BATCH, MinuteCounts, OldestQueued,
-    Order, Page, StatusCount, TaskAdmin, TaskFilter, Throughput,
+    BulkOutcome, Cursor, DEFAULT_COUNT_LIMIT, DEFAULT_PAGE_SIZE, ListTasks, MAX_ADMIN_BATCH,
+    MAX_COUNT_LIMIT, MinuteCounts, OldestQueued, Order, Page, StatusCount, TaskAdmin, TaskFilter,
+    Throughput,
 };
 pub use backoff::{Retry, RetryPolicy};
 pub use connect::{DEFAULT_MAX_CONNECTIONS, SQLITE_BUSY_TIMEOUT, connect, connect_with};

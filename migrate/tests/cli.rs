@@ -324,6 +324,10 @@ fn an_unreachable_database_fails_at_once_naming_the_cause() {
             "unknown host \"no-such-host.invalid\"",
         ),
         ("ftp://example/x", "unsupported database URL scheme \"ftp\""),
+        (
+            "sqlite:///nonexistent-dir/x.db",
+            "no such database: the SQLite file /nonexistent-dir/x.db does not exist",
+        ),
         ("not a url", "not a database URL"),
     ] {
         let line = migrate_failing(dir.path(), &["-u", url, "status"]);

@@ -2,7 +2,9 @@
 //! application nests under the prefix it chooses, with server-rendered HTML and CSS and
 //! no front-end build step.
 //!
-//! - **Overview**: tasks per type and status, a throughput chart of the last hour (SVG),
+//! - **Overview**: tasks per type and status (counted up to
+//!   [`DEFAULT_COUNT_LIMIT`](task_dedup::DEFAULT_COUNT_LIMIT), then shown as "1,000+", so
+//!   that the page stays fast on a large table), a throughput chart of the last hour (SVG),
 //!   the oldest queued task per type, the paused types, pause and resume per type.
 //! - **Tasks**: the list with the filters of [`TaskAdmin::list_tasks`](task_dedup::TaskAdmin::list_tasks) (status, type,
 //!   user, key prefix, creation time, order) in keyset pages.

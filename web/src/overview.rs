@@ -9,7 +9,9 @@ use axum::response::Response;
 use chrono::{DateTime, Utc};
 use maud::{Markup, html};
 use serde::Deserialize;
-use task_dedup::{MinuteCounts, OldestQueued, TaskAdmin, TaskStatus, TaskWorker, Throughput};
+use task_dedup::{
+    DEFAULT_COUNT_LIMIT, MinuteCounts, OldestQueued, TaskAdmin, TaskStatus, TaskWorker, Throughput,
+};
 
 use crate::context::Ctx;
 use crate::error::Error;
@@ -42,7 +44,8 @@ pub(crate) async fn page(ctx: Ctx, RawQuery(query): RawQuery) -> Response {
 /// One row of the counts table: a task type.
 #[derive(Default)]
 struct TypeRow<'a> {
-    /// Per status of [`STATUSES`]: the count, and whether it is a lower bound.
+    /// Per status of [`STATUSES`]: the count, and whether it is a lower bound (the
+    /// count stopped at [`DEFAULT_COUNT_LIMIT`]).
     counts: [(u64, bool); 5],
     oldest: Option<&'a OldestQueued>,
     paused_at: Option<DateTime<Utc>>,
@@ -50,7 +53,9 @@ struct TypeRow<'a> {
 
 async fn overview(ctx: &Ctx, flash: Option<Flash>) -> Result<Response, Error> {
     let db = &ctx.app.db;
-    let counts = db.counts().await?;
+    // Capped: a full count reads the whole table (354 ms on 1,000,000 tasks), the capped
+    // one at most the limit's index entries per type and status.
+    let counts = db.counts_up_to(DEFAULT_COUNT_LIMIT).await?;
     let throughput = db.throughput().await?;
     let oldest = db.oldest_queued().await?;
     let paused = db.paused().await?;
@@ -59,7 +64,7 @@ async fn overview(ctx: &Ctx, flash: Option<Flash>) -> Result<Response, Error> {
     for count in &counts {
         let row = types.entry(&count.task_type).or_default();
         if let Some(i) = STATUSES.iter().position(|s| *s == count.status) {
-            row.counts[i] = (count.count, false);
+            row.counts[i] = (count.count, count.at_least);
         }
     }
     for queued in &oldest {
@@ -73,6 +78,10 @@ async fn overview(ctx: &Ctx, flash: Option<Flash>) -> Result<Response, Error> {
         h1 { "Overview" }
         section #counts-section {
             h2 { "Tasks by type and status" }
+            p.note {
+                "Counts stop at " (format::count(DEFAULT_COUNT_LIMIT)) " per type and status (shown as "
+                (format::count(DEFAULT_COUNT_LIMIT)) "+), so that the page stays fast on a large table."
+            }
             @if types.is_empty() {
                 p.empty { "No tasks yet." }
             }
@@ -155,7 +164,13 @@ fn type_row(ctx: &Ctx, task_type: &str, row: &TypeRow<'_>) -> Markup {
                         "0"
                     } @else {
                         a href=(ctx.tasks_url(&[("type", task_type), ("status", status.as_str())])) {
-                            (format::count(n)) @if lower_bound { "+" }
+                            @if lower_bound {
+                                span title=(format!("at least {}: counts stop there", format::count(n))) {
+                                    (format::count(n)) "+"
+                                }
+                            } @else {
+                                (format::count(n))
+                            }
                         }
                     }
                 }

@@ -15,6 +15,17 @@ pub const MAX_ADMIN_BATCH: usize = 1_000;
 /// The page size of a [`ListTasks`] that does not set one.
 pub const DEFAULT_PAGE_SIZE: usize = 50;
 
+/// The limit a dashboard passes to [`TaskAdmin::counts_up_to`](crate::TaskAdmin::counts_up_to):
+/// exact below 1,000 tasks per type and status, "1,000+" from there.
+pub const DEFAULT_COUNT_LIMIT: u64 = 1_000;
+
+/// The largest limit [`TaskAdmin::counts_up_to`](crate::TaskAdmin::counts_up_to) takes.
+/// Past it the capped walks stop paying: on PostgreSQL with 1,000,000 tasks a limit of
+/// 10,000 took 356 ms (the full [`TaskAdmin::counts`](crate::TaskAdmin::counts): 350-470
+/// ms), and its plan's estimated cost passed `jit_above_cost`, so JIT compilation added
+/// 0.5-2 s more (BENCHMARKS.md).
+pub const MAX_COUNT_LIMIT: u64 = 1_000;
+
 /// Which tasks a list or a bulk action is about: every condition set must hold. The
 /// default is every task.
 ///
@@ -226,6 +237,18 @@ pub(crate) fn limit(limit: usize) -> Result<i64, InvalidArgument> {
         return Err(InvalidArgument::out_of_range(
             "limit",
             "1 to 1,000 (MAX_ADMIN_BATCH)",
+        ));
+    }
+    Ok(limit as i64)
+}
+
+/// A limit of [`TaskAdmin::counts_up_to`](crate::TaskAdmin::counts_up_to), as SQL binds
+/// it: 1 to [`MAX_COUNT_LIMIT`].
+pub(crate) fn count_limit(limit: u64) -> Result<i64, InvalidArgument> {
+    if limit == 0 || limit > MAX_COUNT_LIMIT {
+        return Err(InvalidArgument::out_of_range(
+            "limit",
+            "1 to 1,000 (MAX_COUNT_LIMIT)",
         ));
     }
     Ok(limit as i64)

@@ -16,6 +16,10 @@ pub struct StatusCount {
     pub status: TaskStatus,
     /// How many tasks of the type are in it (never 0: absent pairs are not listed).
     pub count: u64,
+    /// From [`TaskAdmin::counts_up_to`](crate::TaskAdmin::counts_up_to) only: the count
+    /// stopped at the limit, so there are *at least* `count` tasks (show it as
+    /// "1,000+"). Always `false` from [`TaskAdmin::counts`](crate::TaskAdmin::counts).
+    pub at_least: bool,
 }
 
 /// Tasks created and ended per minute over the last hour

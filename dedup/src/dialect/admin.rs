@@ -9,6 +9,9 @@ use std::borrow::Cow;
 
 use super::Dialect;
 
+/// The statuses `Admin::counts_of_type` has an arm for: every status there is.
+pub(crate) const COUNTED_STATUSES: usize = 5;
+
 /// What the admin API runs besides lists, per dialect. PostgreSQL and SQLite end their
 /// updates in `RETURNING` the row; MySQL/MariaDB read it by id in the same transaction.
 pub(crate) struct Admin {
@@ -22,6 +25,13 @@ pub(crate) struct Admin {
     pub delete: &'static str,
     /// The number of tasks per type and status: `task_type`, `status`, `n`.
     pub counts: &'static str,
+    /// Every task type there is: `task_type`, in order. No parameters.
+    pub task_types: &'static str,
+    /// The tasks of one type per status, each count stopping at a limit: `status`, `n`,
+    /// a row per status (0 included). Parameters: the type, the limit (MySQL/MariaDB:
+    /// both again for each status). Reads at most the limit's index entries per
+    /// status, not the table.
+    pub counts_of_type: &'static str,
     /// Tasks created, succeeded and failed per minute over the current minute and the 59
     /// before it, by the database's clock: `what` (`created`, `succeeded`, `failed`),
     /// `minute` (minutes since the Unix epoch), `n`. No parameters.
@@ -206,6 +216,8 @@ pub(crate) mod tests {
             format!("retry:\n{}\n", admin.retry),
             format!("delete:\n{}\n", admin.delete),
             format!("counts:\n{}\n", admin.counts),
+            format!("task_types:\n{}\n", admin.task_types),
+            format!("counts_of_type:\n{}\n", admin.counts_of_type),
             format!("throughput:\n{}\n", admin.throughput),
             format!("oldest_queued:\n{}\n", admin.oldest_queued),
             format!("cancel_many:\n{}\n", (admin.cancel_many)(2)),

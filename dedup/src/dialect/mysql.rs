@@ -400,6 +400,24 @@ pub(crate) const ADMIN: Admin = Admin {
     delete: "DELETE FROM task_run WHERE id = ? AND status IN ('succeeded', 'failed', 'cancelled')",
     counts: "SELECT task_type, status, COUNT(*) AS n FROM task_run \
              GROUP BY task_type, status ORDER BY task_type, status",
+    // A loose index scan of `task_run_type_status_created_idx`: one entry per type.
+    task_types: "SELECT DISTINCT task_type FROM task_run ORDER BY task_type",
+    // Positional parameters: the type and the limit, once per arm.
+    counts_of_type: "SELECT 'cancelled' AS status, COUNT(*) AS n FROM (SELECT 1 FROM task_run \
+                     WHERE task_type = ? AND status = 'cancelled' \
+                     ORDER BY created_at LIMIT ?) AS c \
+                     UNION ALL SELECT 'failed' AS status, COUNT(*) AS n FROM (SELECT 1 FROM task_run \
+                     WHERE task_type = ? AND status = 'failed' \
+                     ORDER BY created_at LIMIT ?) AS c \
+                     UNION ALL SELECT 'queued' AS status, COUNT(*) AS n FROM (SELECT 1 FROM task_run \
+                     WHERE task_type = ? AND status = 'queued' \
+                     ORDER BY created_at LIMIT ?) AS c \
+                     UNION ALL SELECT 'running' AS status, COUNT(*) AS n FROM (SELECT 1 FROM task_run \
+                     WHERE task_type = ? AND status = 'running' \
+                     ORDER BY created_at LIMIT ?) AS c \
+                     UNION ALL SELECT 'succeeded' AS status, COUNT(*) AS n FROM (SELECT 1 FROM task_run \
+                     WHERE task_type = ? AND status = 'succeeded' \
+                     ORDER BY created_at LIMIT ?) AS c",
     // The window's start from the clock: the minute 59 minutes ago.
     throughput: "SELECT 'created' AS what, \
                  TIMESTAMPDIFF(MINUTE, '1970-01-01 00:00:00', created_at) AS minute, \

@@ -380,6 +380,27 @@ pub(crate) const ADMIN: Admin = Admin {
     delete: "DELETE FROM task_run WHERE id = ? AND status IN ('succeeded', 'failed', 'cancelled')",
     counts: "SELECT task_type, status, COUNT(*) AS n FROM task_run \
              GROUP BY task_type, status ORDER BY task_type, status",
+    // As PostgreSQL's: one index descent per type, then walks that stop at the limit.
+    task_types: "WITH RECURSIVE types(task_type) AS (SELECT MIN(task_type) FROM task_run \
+                 UNION ALL SELECT (SELECT r.task_type FROM task_run r \
+                 WHERE r.task_type > types.task_type ORDER BY r.task_type LIMIT 1) \
+                 FROM types WHERE types.task_type IS NOT NULL) \
+                 SELECT task_type FROM types WHERE task_type IS NOT NULL",
+    counts_of_type: "SELECT 'cancelled' AS status, COUNT(*) AS n FROM (SELECT 1 FROM task_run \
+                     WHERE task_type = ?1 AND status = 'cancelled' \
+                     ORDER BY created_at LIMIT ?2) AS c \
+                     UNION ALL SELECT 'failed' AS status, COUNT(*) AS n FROM (SELECT 1 FROM task_run \
+                     WHERE task_type = ?1 AND status = 'failed' \
+                     ORDER BY created_at LIMIT ?2) AS c \
+                     UNION ALL SELECT 'queued' AS status, COUNT(*) AS n FROM (SELECT 1 FROM task_run \
+                     WHERE task_type = ?1 AND status = 'queued' \
+                     ORDER BY created_at LIMIT ?2) AS c \
+                     UNION ALL SELECT 'running' AS status, COUNT(*) AS n FROM (SELECT 1 FROM task_run \
+                     WHERE task_type = ?1 AND status = 'running' \
+                     ORDER BY created_at LIMIT ?2) AS c \
+                     UNION ALL SELECT 'succeeded' AS status, COUNT(*) AS n FROM (SELECT 1 FROM task_run \
+                     WHERE task_type = ?1 AND status = 'succeeded' \
+                     ORDER BY created_at LIMIT ?2) AS c",
     // The window's start from the clock (the minute 59 minutes ago), compared as text
     // with the stored RFC 3339 values.
     throughput: "SELECT 'created' AS what, CAST(strftime('%s', created_at) AS INTEGER) / 60 AS minute, \

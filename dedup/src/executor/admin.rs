@@ -128,6 +128,39 @@ impl Executor<'_> {
             .collect::<Result<_, sea_orm::DbErr>>()?)
     }
 
+    /// Every task type there is, in order.
+    pub(crate) async fn task_types(&mut self) -> Result<Vec<String>, Failure> {
+        let rows = self.rows(self.dialect.admin().task_types, vec![]).await?;
+        Ok(rows
+            .iter()
+            .map(|row| row.try_get("", "task_type"))
+            .collect::<Result<_, sea_orm::DbErr>>()?)
+    }
+
+    /// The tasks of `task_type` per status (every status, 0 included), each count
+    /// stopping at `limit`.
+    pub(crate) async fn counts_of_type(
+        &mut self,
+        task_type: &str,
+        limit: i64,
+    ) -> Result<Vec<(String, i64)>, Failure> {
+        let repeats = if self.dialect == Dialect::MySql {
+            admin::COUNTED_STATUSES
+        } else {
+            1
+        };
+        let values = (0..repeats)
+            .flat_map(|_| [Arg::Str(task_type), Arg::I64(limit)])
+            .collect();
+        let rows = self
+            .rows(self.dialect.admin().counts_of_type, values)
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|row| Ok((row.try_get("", "status")?, row.try_get("", "n")?)))
+            .collect::<Result<_, sea_orm::DbErr>>()?)
+    }
+
     /// Tasks created, succeeded and failed per minute over the last hour: (what, minute
     /// since the epoch, count).
     pub(crate) async fn throughput(&mut self) -> Result<Vec<(String, i64, i64)>, Failure> {
