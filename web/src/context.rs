@@ -37,6 +37,9 @@ pub(crate) struct Ctx {
     pub nonce: String,
     /// The request's headers (the CSRF check reads fetch metadata and `Origin`).
     pub headers: HeaderMap,
+    /// The host the request was sent to: its `Host` header, or the URI's authority
+    /// (HTTP/2 sends `:authority` instead of `Host`).
+    pub host: Option<String>,
 }
 
 impl FromRequestParts<Arc<Dashboard>> for Ctx {
@@ -58,6 +61,12 @@ impl FromRequestParts<Arc<Dashboard>> for Ctx {
             csrf: cookie_token.clone().unwrap_or_else(fresh_token),
             cookie_token,
             nonce: hex(&rand::random::<[u8; 16]>()),
+            host: parts
+                .headers
+                .get(header::HOST)
+                .and_then(|host| host.to_str().ok())
+                .map(str::to_owned)
+                .or_else(|| parts.uri.authority().map(|a| a.as_str().to_owned())),
             headers: parts.headers.clone(),
         })
     }
@@ -167,6 +176,11 @@ pub(crate) async fn not_found(ctx: Ctx) -> Response {
     ctx.error(Error::NoSuchPage)
 }
 
+/// A known path with another method (`GET` of an action): 405.
+pub(crate) async fn method_not_allowed(ctx: Ctx) -> Response {
+    ctx.error(Error::MethodNotAllowed)
+}
+
 /// The value of cookie `name` in the request's `Cookie` headers.
 fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
@@ -206,7 +220,7 @@ impl Ctx {
             Some(_) => return Err(Error::Csrf("the request came from another site")),
             None => {
                 if let Some(origin) = header("origin")
-                    && !same_origin(origin, header("host"))
+                    && !same_origin(origin, self.host.as_deref())
                 {
                     return Err(Error::Csrf("the request came from another origin"));
                 }

@@ -16,6 +16,9 @@ pub(crate) enum Error {
     /// A path the dashboard does not have: 404.
     #[error("the dashboard has no such page")]
     NoSuchPage,
+    /// A page asked for with a method it does not answer (`GET` of an action): 405.
+    #[error("this page does not answer that method (actions are POST forms)")]
+    MethodNotAllowed,
     /// The task is not in a state the action applies to: 409.
     #[error("cannot {action} task {id}: it is {status}")]
     WrongState {
@@ -52,6 +55,7 @@ impl Error {
         match self {
             Error::BadRequest(_) => StatusCode::BAD_REQUEST,
             Error::NoSuchTask(_) | Error::NoSuchPage => StatusCode::NOT_FOUND,
+            Error::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Error::WrongState { .. } | Error::KeyHeld { .. } => StatusCode::CONFLICT,
             Error::Csrf(_) | Error::ReadOnly => StatusCode::FORBIDDEN,
             Error::Database(

@@ -26,6 +26,12 @@
 //! # }
 //! ```
 //!
+//! Nest it rather than merge it, at a static path (its links are built from the path it
+//! is nested at, as axum's `NestedPath` gives it): the router has a fallback of its own
+//! (the dashboard's 404 page), and axum refuses to merge two routers that both have one. A router nested
+//! at `/admin` answers `/admin`, not `/admin/` (axum's rule); redirect the latter in
+//! your application if your users type it.
+//!
 //! # Authentication is the application's
 //!
 //! The dashboard shows payloads and can cancel and delete tasks: put it behind the
@@ -44,7 +50,9 @@
 //! 2. **A double-submit token.** The pages set a random 256-bit token in a cookie
 //!    (`task_dedup_csrf`, `HttpOnly`, `SameSite=Strict`, scoped to the dashboard's path)
 //!    and put the same token in a hidden field of each form; an action whose field does
-//!    not equal the cookie is refused (403, "CSRF").
+//!    not equal the cookie is refused (403, "CSRF"). The cookie is not marked `Secure`:
+//!    behind a proxy that terminates TLS the dashboard cannot tell; it carries no
+//!    credential, only the token an attacker would have to read.
 //!
 //! Why this design rather than a signed token: it needs no secret to configure, share
 //! between instances or rotate, and no server-side session, so any number of instances
@@ -158,6 +166,7 @@ impl Dashboard {
             .route("/types/{task_type}/{action}", post(actions::task_type))
             .route("/style.css", get(layout::style))
             .fallback(context::not_found)
+            .method_not_allowed_fallback(context::method_not_allowed)
             .with_state(Arc::new(self))
     }
 }
