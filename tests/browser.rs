@@ -229,7 +229,7 @@ async fn pause_and_resume_a_type_from_the_overview(db: &TestDb, browser: &Browse
     browser
         .find(r#"button[data-action="pause"][data-task-type="mail"]"#)
         .await;
-    assert_eq!(paused(&db.db).await, ["export"]);
+    assert_eq!(common::paused_types(&db.db).await, ["export"]);
     assert!(
         db.db
             .claim(WORKER, &["export"], Duration::from_secs(60))
@@ -247,7 +247,7 @@ async fn pause_and_resume_a_type_from_the_overview(db: &TestDb, browser: &Browse
     browser
         .find(r#"button[data-action="pause"][data-task-type="export"]"#)
         .await;
-    assert!(paused(&db.db).await.is_empty());
+    assert!(common::paused_types(&db.db).await.is_empty());
 }
 
 async fn a_script_payload_renders_inert(db: &TestDb, browser: &Browser) {
@@ -324,7 +324,7 @@ async fn a_script_payload_renders_inert(db: &TestDb, browser: &Browser) {
         .await;
     browser.flash_ok().await;
     browser.assert_not_pwned("the overview after pausing").await;
-    assert_eq!(paused(&db.db).await, [task_type]);
+    assert_eq!(common::paused_types(&db.db).await, [task_type]);
 }
 
 async fn a_post_without_the_csrf_token_is_refused(db: &TestDb, browser: &Browser) {
@@ -471,15 +471,6 @@ async fn get(db: &DatabaseConnection, id: Uuid) -> task_run::Model {
         .await
         .expect("get_task")
         .expect("the task exists")
-}
-
-async fn paused(db: &DatabaseConnection) -> Vec<String> {
-    db.paused()
-        .await
-        .expect("paused")
-        .into_iter()
-        .map(|p| p.task_type)
-        .collect()
 }
 
 fn sorted(mut rows: Vec<(Uuid, String)>) -> Vec<(Uuid, String)> {

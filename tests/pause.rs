@@ -34,15 +34,6 @@ async fn enqueue(db: &DatabaseConnection, task_type: &str, resource: &str) -> ta
     outcome.into_task()
 }
 
-async fn paused_names(db: &DatabaseConnection) -> Vec<String> {
-    db.paused()
-        .await
-        .expect("paused")
-        .into_iter()
-        .map(|p| p.task_type)
-        .collect()
-}
-
 async fn paused_types_are_passed_over_and_resumed(db: &TestDb) {
     db.migrate().await;
     let a1 = enqueue(&db.db, "export", "1").await;
@@ -77,7 +68,7 @@ async fn paused_types_are_passed_over_and_resumed(db: &TestDb) {
 
     // Byte-exact names: another spelling is another type.
     assert!(db.db.pause("Export").await.expect("pause"));
-    assert_eq!(paused_names(&db.db).await, ["Export", "export"]);
+    assert_eq!(common::paused_types(&db.db).await, ["Export", "export"]);
     assert!(db.db.resume("Export").await.expect("resume"));
 
     assert!(db.db.resume("export").await.expect("resume"));
@@ -108,7 +99,7 @@ async fn pause_in_a_transaction_takes_effect_at_commit(db: &TestDb) {
     let txn = db.db.begin().await.expect("begin");
     assert!(txn.pause("export").await.expect("pause"));
     txn.commit().await.expect("commit");
-    assert_eq!(paused_names(&db.db).await, ["export"]);
+    assert_eq!(common::paused_types(&db.db).await, ["export"]);
     assert!(db.db.claim("w", &[], LEASE).await.expect("claim").is_none());
     let txn = db.db.begin().await.expect("begin");
     assert!(txn.resume("export").await.expect("resume"));

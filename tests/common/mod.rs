@@ -364,6 +364,16 @@ fn report_skip(dialect: Dialect, why: &str) {
     });
 }
 
+/// The paused task types' names, as `TaskWorker::paused` lists them.
+pub async fn paused_types(db: &DatabaseConnection) -> Vec<String> {
+    task_dedup::TaskWorker::paused(db)
+        .await
+        .expect("paused")
+        .into_iter()
+        .map(|p| p.task_type)
+        .collect()
+}
+
 /// The same server URL with another database in its path.
 pub fn with_database(url: &str, database: &str) -> String {
     let (base, query) = match url.split_once('?') {

@@ -95,7 +95,9 @@ pub(crate) fn interval(dialect: Dialect, micros: i64) -> Arg<'static> {
     }
 }
 
-/// The task types a claim asks for: a PostgreSQL array, elsewhere a JSON array.
+/// The task types a `RETURNING` claim asks for: a PostgreSQL array, a JSON array on
+/// SQLite (MySQL/MariaDB's claim binds a placeholder per type instead).
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) fn task_types<'a>(dialect: Dialect, task_types: &[&'a str]) -> Arg<'a> {
     match dialect {
         #[cfg(feature = "postgres")]
