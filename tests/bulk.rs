@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::rows;
 use common::{Dialect, TestDb};
-use sea_orm::{ConnectionTrait, DatabaseConnection, Statement, TransactionTrait};
+use sea_orm::{DatabaseConnection, TransactionTrait};
 use task_dedup::{
     DedupError, Enqueued, InvalidReason, NewTask, OnConflict, Scope, TaskDedup, TaskKey,
     TaskStatus, TaskWorker,
@@ -52,22 +52,18 @@ fn batch_of(caller: usize) -> Vec<String> {
 /// Keys held by more than one task, and the number of tasks holding a key.
 async fn holders(db: &DatabaseConnection) -> (i64, i64) {
     let occupies = task_dedup_entity::OCCUPIES_KEY_SQL;
-    let count = async |sql: String| -> i64 {
-        let row = db
-            .query_one_raw(Statement::from_string(db.get_database_backend(), sql))
-            .await
-            .expect("count")
-            .expect("a row");
-        row.try_get("", "n").expect("n")
-    };
-    let duplicates = count(format!(
-        "SELECT COUNT(*) AS n FROM (SELECT user_id FROM task_run WHERE {occupies} \
+    let duplicates = common::count(
+        db,
+        format!(
+            "SELECT COUNT(*) AS n FROM (SELECT user_id FROM task_run WHERE {occupies} \
          GROUP BY user_id, task_type, resource_key, dedup_window_end HAVING COUNT(*) > 1) d"
-    ))
+        ),
+    )
     .await;
-    let held = count(format!(
-        "SELECT COUNT(*) AS n FROM task_run WHERE {occupies}"
-    ))
+    let held = common::count(
+        db,
+        format!("SELECT COUNT(*) AS n FROM task_run WHERE {occupies}"),
+    )
     .await;
     (duplicates, held)
 }

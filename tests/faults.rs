@@ -92,12 +92,7 @@ async fn duplicate_holders(db: &DatabaseConnection) -> i64 {
          GROUP BY user_id, task_type, resource_key, dedup_window_end HAVING COUNT(*) > 1) d",
         task_dedup_entity::OCCUPIES_KEY_SQL
     );
-    let row = db
-        .query_one_raw(Statement::from_string(db.get_database_backend(), sql))
-        .await
-        .expect("count")
-        .expect("a row");
-    row.try_get("", "n").expect("n")
+    common::count(db, sql).await
 }
 
 /// What the storm's callers saw.

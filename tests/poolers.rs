@@ -218,15 +218,6 @@ fn key(resource: &str) -> TaskKey {
     TaskKey::new("user-1", "render", resource).expect("valid key")
 }
 
-async fn count(db: &DatabaseConnection, sql: &str) -> i64 {
-    let row = db
-        .query_one_raw(Statement::from_string(db.get_database_backend(), sql))
-        .await
-        .expect("count")
-        .expect("a row");
-    row.try_get("", "n").expect("n")
-}
-
 /// Each caller takes a key no other takes (created) and then one key all take
 /// (created once, existing for everyone after).
 async fn callers(pool: &DatabaseConnection, calls: usize, in_transaction: bool) -> (u64, u64) {
@@ -285,7 +276,7 @@ mod tests {
             assert_eq!(existing, (CALLERS * calls - 10) as u64, "{in_transaction}");
         }
         assert_eq!(
-            count(pooled.direct(), "SELECT COUNT(*) AS n FROM task_run").await,
+            common::count(pooled.direct(), "SELECT COUNT(*) AS n FROM task_run").await,
             2 * (CALLERS * calls + 10) as i64
         );
     }
@@ -306,7 +297,7 @@ mod tests {
         txn.commit().await.expect("commit");
         assert!(inside.iter().all(|o| !o.is_created()));
         assert_eq!(
-            count(pooled.direct(), "SELECT COUNT(*) AS n FROM task_run").await,
+            common::count(pooled.direct(), "SELECT COUNT(*) AS n FROM task_run").await,
             300
         );
     }
@@ -442,7 +433,7 @@ mod tests {
         let deleted = pool.delete_tasks(&all, 10).await.expect("delete_tasks");
         assert_eq!(deleted.applied, 5);
         assert_eq!(
-            count(pooled.direct(), "SELECT COUNT(*) AS n FROM task_run").await,
+            common::count(pooled.direct(), "SELECT COUNT(*) AS n FROM task_run").await,
             0
         );
     }
@@ -565,7 +556,7 @@ mod tests {
             assert!(pool.resume(&task_type).await.expect("resume"));
         }
         assert_eq!(
-            count(pooled.direct(), "SELECT COUNT(*) AS n FROM task_run").await,
+            common::count(pooled.direct(), "SELECT COUNT(*) AS n FROM task_run").await,
             HOSTILE.len() as i64
         );
         let nul = TaskKey::new("user", "render", "a\0b");
@@ -676,7 +667,7 @@ async fn drain_a_thousand(
     }
     let started = Instant::now();
     loop {
-        let ended = count(
+        let ended = common::count(
             pooled.direct(),
             "SELECT COUNT(*) AS n FROM task_run WHERE status NOT IN ('queued', 'running')",
         )
@@ -710,14 +701,14 @@ async fn drain_a_thousand(
             pooled.pooler.name()
         );
     }
-    let failed = count(
+    let failed = common::count(
         pooled.direct(),
         "SELECT COUNT(*) AS n FROM task_run WHERE status <> 'succeeded'",
     )
     .await;
     assert_eq!(failed, 0, "every task succeeded: {report:?}");
     assert_eq!(
-        count(pooled.direct(), "SELECT COUNT(*) AS n FROM runs").await,
+        common::count(pooled.direct(), "SELECT COUNT(*) AS n FROM runs").await,
         (TASKS + WAKE_UPS) as i64
     );
     assert_eq!(report.completed, (TASKS + WAKE_UPS) as u64, "{report:?}");

@@ -70,15 +70,6 @@ fn quick_retries() -> RetryPolicy {
     }
 }
 
-async fn count(db: &DatabaseConnection, sql: &str) -> i64 {
-    let row = db
-        .query_one_raw(Statement::from_string(db.get_database_backend(), sql))
-        .await
-        .expect("count")
-        .expect("a row");
-    row.try_get("", "n").expect("n")
-}
-
 /// Records a run of `task` by `worker` in `runs`: a second run of one task breaks the
 /// primary key.
 async fn record_run(
@@ -231,7 +222,7 @@ async fn a_thousand_tasks_each_run_exactly_once(db: &TestDb) {
     }
     // Until every one of them succeeded.
     loop {
-        let done = count(
+        let done = common::count(
             &pool.db,
             "SELECT COUNT(*) AS n FROM task_run WHERE status = 'succeeded'",
         )
@@ -261,11 +252,11 @@ async fn a_thousand_tasks_each_run_exactly_once(db: &TestDb) {
     }
 
     assert_eq!(
-        count(&pool.db, "SELECT COUNT(*) AS n FROM runs").await,
+        common::count(&pool.db, "SELECT COUNT(*) AS n FROM runs").await,
         1_000,
         "each ran once"
     );
-    let runs_by_process = count(
+    let runs_by_process = common::count(
         &pool.db,
         "SELECT COUNT(*) AS n FROM runs WHERE worker LIKE 'process-%'",
     )

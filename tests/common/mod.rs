@@ -364,6 +364,16 @@ fn report_skip(dialect: Dialect, why: &str) {
     });
 }
 
+/// The `n` of the one row `sql` returns (a `SELECT COUNT(*) AS n ...`).
+pub async fn count(db: &DatabaseConnection, sql: impl Into<String>) -> i64 {
+    let row = db
+        .query_one_raw(Statement::from_string(db.get_database_backend(), sql))
+        .await
+        .expect("count")
+        .expect("a row");
+    row.try_get("", "n").expect("n")
+}
+
 /// The paused task types' names, as `TaskWorker::paused` lists them.
 pub async fn paused_types(db: &DatabaseConnection) -> Vec<String> {
     task_dedup::TaskWorker::paused(db)

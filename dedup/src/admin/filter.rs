@@ -233,23 +233,23 @@ impl ListTasks {
 
 /// A page size or a bulk action's limit, as SQL binds it: 1 to [`MAX_ADMIN_BATCH`].
 pub(crate) fn limit(limit: usize) -> Result<i64, InvalidArgument> {
-    if limit == 0 || limit > MAX_ADMIN_BATCH {
-        return Err(InvalidArgument::out_of_range(
-            "limit",
-            "1 to 1,000 (MAX_ADMIN_BATCH)",
-        ));
-    }
-    Ok(limit as i64)
+    bounded(
+        limit as u64,
+        MAX_ADMIN_BATCH as u64,
+        "1 to 1,000 (MAX_ADMIN_BATCH)",
+    )
 }
 
 /// A limit of [`TaskAdmin::counts_up_to`](crate::TaskAdmin::counts_up_to), as SQL binds
 /// it: 1 to [`MAX_COUNT_LIMIT`].
 pub(crate) fn count_limit(limit: u64) -> Result<i64, InvalidArgument> {
-    if limit == 0 || limit > MAX_COUNT_LIMIT {
-        return Err(InvalidArgument::out_of_range(
-            "limit",
-            "1 to 1,000 (MAX_COUNT_LIMIT)",
-        ));
+    bounded(limit, MAX_COUNT_LIMIT, "1 to 1,000 (MAX_COUNT_LIMIT)")
+}
+
+/// `limit` if it is 1 to `max` (both far below `i64::MAX`), else the error naming `range`.
+fn bounded(limit: u64, max: u64, range: &'static str) -> Result<i64, InvalidArgument> {
+    if limit == 0 || limit > max {
+        return Err(InvalidArgument::out_of_range("limit", range));
     }
     Ok(limit as i64)
 }
