@@ -14,7 +14,6 @@ use sea_orm::{ConnectOptions, ConnectionTrait, DatabaseConnection, TransactionTr
 use task_dedup::{Enqueued, NewTask, Scope, TaskDedup, TaskKey, TaskStatus, TaskWorker};
 use tokio::sync::Barrier;
 use tokio::task::JoinHandle;
-use tracing::instrument::WithSubscriber;
 
 matrix!(
     a_hit_is_one_statement_on_postgres_in_every_scope,
@@ -25,24 +24,39 @@ fn key(resource: &str) -> TaskKey {
     TaskKey::new("user-1", "one-round-trip", resource).expect("valid key")
 }
 
-/// Counts sqlx's statement log events: one per statement sent.
-struct CountStatements(Arc<AtomicU64>);
+tokio::task_local! {
+    /// The statements of the call being [`counted`], if any.
+    static STATEMENTS: Arc<AtomicU64>;
+}
+
+/// Counts sqlx's statement log events, one per statement sent, into the [`STATEMENTS`]
+/// of the future being polled.
+struct CountStatements;
 
 impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for CountStatements {
     fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
         if event.metadata().target() == "sqlx::query" {
-            self.0.fetch_add(1, Ordering::Relaxed);
+            let _ = STATEMENTS.try_with(|n| n.fetch_add(1, Ordering::Relaxed));
         }
     }
 }
 
-/// What `call` returns, and how many statements it sent: counted by a subscriber that
-/// sees only this future's events (tests running beside it are not counted).
+/// What `call` returns, and how many statements it sent (tests running beside it are not
+/// counted: the counter is task-local to `call`).
+///
+/// One global subscriber, not one per call (`with_subscriber`): tracing caches whether a
+/// callsite is enabled across the dispatchers alive at the time, and with scoped
+/// dispatchers coming and going in parallel tests sqlx's statement event was once found
+/// disabled, and a call counted 0 statements (CI, MySQL).
 async fn counted<T>(call: impl Future<Output = T>) -> (T, u64) {
     use tracing_subscriber::layer::SubscriberExt;
+    static INSTALLED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    INSTALLED.get_or_init(|| {
+        tracing::subscriber::set_global_default(tracing_subscriber::registry().with(CountStatements))
+            .expect("the only global subscriber of this test binary");
+    });
     let statements = Arc::new(AtomicU64::new(0));
-    let subscriber = tracing_subscriber::registry().with(CountStatements(statements.clone()));
-    let value = call.with_subscriber(subscriber).await;
+    let value = STATEMENTS.scope(statements.clone(), call).await;
     (value, statements.load(Ordering::Relaxed))
 }
 

@@ -88,6 +88,11 @@ pub struct Args {
     /// `worker`: count the statements sent (sqlx's statement log; costs a little).
     #[arg(long)]
     pub count_statements: bool,
+    /// `worker`: the drained tasks opt out of one run per key (`NewTask::concurrent`), so
+    /// claims neither probe for a running task of their key nor take its slot: the drain
+    /// without the rule, in the same binary, to measure what the rule costs.
+    #[arg(long)]
+    pub concurrent: bool,
     /// `worker-blocked`: follow-ups waiting behind running tasks of their keys, ahead of
     /// the `--ops` free tasks in claim order.
     #[arg(long, default_value_t = 10_000)]

@@ -68,7 +68,7 @@ fn dialect(db: &DatabaseConnection) -> &'static str {
 
 /// `n` tasks with keys of their own, enqueued in batches.
 async fn prefill(db: &DatabaseConnection, phase: &str, n: usize) -> Result<(), String> {
-    prefill_scoped(db, phase, n, Scope::Active).await
+    prefill_scoped(db, phase, n, Scope::Active, false).await
 }
 
 /// `n` tasks of `scope` with keys of their own, enqueued in batches.
@@ -77,6 +77,7 @@ async fn prefill_scoped(
     phase: &str,
     n: usize,
     scope: Scope,
+    concurrent: bool,
 ) -> Result<(), String> {
     let keys: Vec<usize> = (0..n).collect();
     for chunk in keys.chunks(1_000) {
@@ -84,7 +85,7 @@ async fn prefill_scoped(
             .iter()
             .map(|i| {
                 TaskKey::new("bench", "noop", format!("{phase}-{i}"))
-                    .map(|key| NewTask::new(key).scope(scope))
+                    .map(|key| NewTask::new(key).scope(scope).concurrent(concurrent))
             })
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| e.to_string())?;
@@ -195,7 +196,7 @@ async fn throughput(args: &Args) -> Result<(), String> {
         db.execute_unprepared("DELETE FROM task_run")
             .await
             .map_err(|e| e.to_string())?;
-        prefill(&db, phase, n).await?;
+        prefill_scoped(&db, phase, n, Scope::Active, args.concurrent).await?;
         analyze(&db).await?;
         let started = Instant::now();
         let before = statements.as_ref().map_or(0, |s| s.load(Ordering::Relaxed));
@@ -552,7 +553,7 @@ async fn blocked(args: &Args) -> Result<(), String> {
             .await
             .map_err(|e| e.to_string())?;
         if blocked > 0 {
-            prefill_scoped(&db, "blocked", blocked, Scope::Queued).await?;
+            prefill_scoped(&db, "blocked", blocked, Scope::Queued, false).await?;
             let mut running = 0;
             while running < blocked {
                 let claimed = db
@@ -562,7 +563,7 @@ async fn blocked(args: &Args) -> Result<(), String> {
                 running += claimed.len();
             }
             // Their follow-ups: queued while the keys run.
-            prefill_scoped(&db, "blocked", blocked, Scope::Queued).await?;
+            prefill_scoped(&db, "blocked", blocked, Scope::Queued, false).await?;
         }
         prefill(&db, "free", args.ops).await?;
         let analyze = match db.get_database_backend() {
