@@ -52,8 +52,10 @@ async fn counted<T>(call: impl Future<Output = T>) -> (T, u64) {
     use tracing_subscriber::layer::SubscriberExt;
     static INSTALLED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
     INSTALLED.get_or_init(|| {
-        tracing::subscriber::set_global_default(tracing_subscriber::registry().with(CountStatements))
-            .expect("the only global subscriber of this test binary");
+        tracing::subscriber::set_global_default(
+            tracing_subscriber::registry().with(CountStatements),
+        )
+        .expect("the only global subscriber of this test binary");
     });
     let statements = Arc::new(AtomicU64::new(0));
     let value = STATEMENTS.scope(statements.clone(), call).await;
