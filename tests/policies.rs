@@ -600,7 +600,18 @@ async fn claims_read_the_claim_index_in_order(db: &TestDb) {
             ),
         ],
     };
-    for (name, values) in claims {
+    // The optimistic claims take the same arguments.
+    let optimistic: Vec<_> = claims
+        .iter()
+        .map(|(name, values)| {
+            let name = match *name {
+                "claim_any" => "optimistic_claim_any",
+                _ => "optimistic_claim_types",
+            };
+            (name, values.clone())
+        })
+        .collect();
+    for (name, values) in claims.into_iter().chain(optimistic) {
         let explain = if db.dialect == Dialect::Sqlite {
             "EXPLAIN QUERY PLAN"
         } else {

@@ -143,6 +143,7 @@ compile_error!(
 mod admin;
 mod backoff;
 mod bulk;
+mod claim_mode;
 mod connect;
 mod connection;
 mod dialect;

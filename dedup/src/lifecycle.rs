@@ -15,7 +15,7 @@ use uuid::Uuid;
 use crate::TaskStatus;
 use crate::backoff::{Retry, RetryPolicy};
 use crate::connection::DedupConnection;
-use crate::dialect::Failure;
+use crate::dialect::{Claim, Failure};
 use crate::error::{DedupError, Transition};
 /// A worker's batch of endings of one shape, as [`end_many`] takes it.
 pub(crate) use crate::executor::EndMany;
@@ -279,11 +279,16 @@ impl<C: DedupConnection> TaskWorker for C {
         // its tasks come back through the reaper); an aborted one took nothing.
         let mut retrying = Retrying::new(self, Some(Duration::ZERO), "claim");
         let mut races = 0;
+        let mut how = crate::claim_mode::choose(&mut exec).await;
         let claimed = loop {
             // `None`: the claim lost the race for a key's one run to another claim
-            // (`task_running_resource_uidx`) and took nothing.
+            // (`task_running_resource_uidx`), or an optimistic one picked a task whose
+            // key runs, and took nothing.
             let attempt = async {
-                match exec.claim(worker_id, task_types, lease_micros, max).await {
+                match exec
+                    .claim(how, worker_id, task_types, lease_micros, max)
+                    .await
+                {
                     Err(failure) if failure.is_running_key() => Ok(None),
                     outcome => Ok(Some(outcome?)),
                 }
@@ -291,6 +296,11 @@ impl<C: DedupConnection> TaskWorker for C {
             // Boxed, as in `retried`.
             match retrying.run(Box::pin(attempt)).await {
                 Some(Ok(Some(claimed))) => break claimed,
+                // Follow-ups wait behind running keys: probe, now and for a while.
+                Some(Ok(None)) if how == Claim::Optimistic => {
+                    crate::claim_mode::met_running_key(&exec);
+                    how = Claim::Probing;
+                }
                 // Run again: it now sees the winner's task running and passes over its
                 // key, filling the batch from other keys.
                 Some(Ok(None)) if races < MAX_CLAIM_RACES => {

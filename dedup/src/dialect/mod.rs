@@ -127,6 +127,27 @@ pub(crate) struct Statements {
     pub resume: &'static str,
     /// The paused types (`task_type`, `paused_at`), by name: no parameters.
     pub paused: &'static str,
+    /// One row (`present`) when `task_run` has a valid unique index named
+    /// `task_running_resource_uidx`, none otherwise: whether an optimistic claim can
+    /// rely on it ([`Claim`]).
+    pub running_index: &'static str,
+}
+
+/// Which of a dialect's two claim statements runs (`crate::claim_mode` picks).
+///
+/// Both keep one run per key, which `task_running_resource_uidx` guarantees either way;
+/// they differ in what a task whose key runs costs. The probing claim looks each
+/// candidate's key up in that index and passes over the blocked ones, so its batch fills
+/// from free keys however many wait ahead; the optimistic one does not look, and fails
+/// ([`Kind::RunningKey`], nothing taken) when it picked one. On a queue of distinct keys
+/// the optimistic claim never fails, and saves the probe, the index lookups and the
+/// one-per-key step: the cost of the rule on a drain (BENCHMARKS.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Claim {
+    /// Passes over tasks whose key runs, and keeps the first task of each key.
+    Probing,
+    /// Lets the running index refuse a second run of a key.
+    Optimistic,
 }
 
 /// What PostgreSQL and SQLite do in one statement with `RETURNING`, and MySQL/MariaDB in
@@ -142,6 +163,12 @@ pub(crate) struct Returning {
     /// The same for some task types: worker_id, lease, task types (PostgreSQL an array,
     /// SQLite a JSON array), how many.
     pub claim_types: &'static str,
+    /// [`claim_any`](Self::claim_any) without looking for running tasks of the keys:
+    /// `task_running_resource_uidx` refuses a claim that would start a second run of a
+    /// key ([`Kind::RunningKey`]), and then it took nothing. See [`Claim`].
+    pub optimistic_claim_any: &'static str,
+    /// [`claim_types`](Self::claim_types), optimistic alike.
+    pub optimistic_claim_types: &'static str,
 }
 
 /// The statements of `find_or_enqueue_many`, for a chunk of `rows` tasks. PostgreSQL
@@ -475,6 +502,7 @@ mod tests {
             ("pause", statements.pause),
             ("resume", statements.resume),
             ("paused", statements.paused),
+            ("running_index", statements.running_index),
         ]
         .into_iter()
         .chain(statements.insert_or_find.map(|sql| ("insert_or_find", sql)))
@@ -492,12 +520,20 @@ mod tests {
             ("replace", Cow::Borrowed(returning.replace)),
             ("claim_any", Cow::Borrowed(returning.claim_any)),
             ("claim_types", Cow::Borrowed(returning.claim_types)),
+            (
+                "optimistic_claim_any",
+                Cow::Borrowed(returning.optimistic_claim_any),
+            ),
+            (
+                "optimistic_claim_types",
+                Cow::Borrowed(returning.optimistic_claim_types),
+            ),
         ]);
         all
     }
 
     /// The order statements are pinned in: what each dialect lacks is skipped.
-    const ORDER: [&str; 26] = [
+    const ORDER: [&str; 29] = [
         "insert",
         "insert_or_find",
         "replace",
@@ -506,6 +542,8 @@ mod tests {
         "by_id",
         "claim_any",
         "claim_types",
+        "optimistic_claim_any",
+        "optimistic_claim_types",
         "claim_update",
         "claimed",
         "heartbeat",
@@ -521,6 +559,7 @@ mod tests {
         "pause",
         "resume",
         "paused",
+        "running_index",
         "notify",
         "probe",
         "guard",
@@ -568,6 +607,11 @@ mod tests {
             ("replace", Cow::Borrowed(mysql::REPLACE)),
             ("claim_any", Cow::Borrowed(mysql::CLAIM_ANY)),
             ("claim_types", mysql::claim_types(2)),
+            (
+                "optimistic_claim_any",
+                Cow::Borrowed(mysql::OPTIMISTIC_CLAIM_ANY),
+            ),
+            ("optimistic_claim_types", mysql::optimistic_claim_types(2)),
             ("claim_update", mysql::claim_update(2)),
             ("claimed", mysql::claimed(2)),
             ("guard", Cow::Borrowed(mysql::GUARD)),

@@ -85,6 +85,9 @@ pub(crate) const STATEMENTS: Statements = Statements {
             VALUES (?, UTC_TIMESTAMP(6))",
     resume: "DELETE FROM task_dedup_paused WHERE task_type = ?",
     paused: "SELECT task_type, paused_at FROM task_dedup_paused ORDER BY task_type",
+    running_index: "SELECT 1 AS present FROM information_schema.statistics \
+                    WHERE table_schema = DATABASE() AND table_name = 'task_run' \
+                    AND index_name = 'task_running_resource_uidx' AND non_unique = 0 LIMIT 1",
 };
 
 /// running → succeeded: result, id, worker_id.
@@ -123,20 +126,39 @@ pub(crate) const REPLACE: &str = "UPDATE task_run SET payload = ?, run_at = ?, p
 /// which tasks they select.
 macro_rules! claim_select {
     () => {
+        concat!(
+            optimistic_select!(),
+            "AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
+             WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
+             AND r.resource_key = t.resource_key AND r.running_slot = 1)) "
+        )
+    };
+}
+
+/// The optimistic claim's selection: due tasks, with no probe. The index refuses the
+/// `UPDATE` (`Kind::RunningKey`) when one of them has a task of its key running, and the
+/// claim's transaction then takes nothing.
+macro_rules! optimistic_select {
+    () => {
         "SELECT id, user_id, task_type, resource_key, concurrent FROM task_run t \
          WHERE status = 'queued' AND run_at <= UTC_TIMESTAMP(6) \
-         AND task_type NOT IN (SELECT task_type FROM task_dedup_paused) \
-         AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
-         WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
-         AND r.resource_key = t.resource_key AND r.running_slot = 1)) "
+         AND task_type NOT IN (SELECT task_type FROM task_dedup_paused) "
+    };
+}
+
+/// The end of every claim's selection: the next `LIMIT` due tasks in claim order,
+/// locked, skipping rows other claimers hold.
+macro_rules! claim_order {
+    () => {
+        "ORDER BY priority DESC, run_at, created_at, id LIMIT ? FOR UPDATE SKIP LOCKED"
     };
 }
 
 /// The next due queued tasks of any type, locked (id, key, `concurrent`): how many.
-pub(crate) const CLAIM_ANY: &str = concat!(
-    claim_select!(),
-    "ORDER BY priority DESC, run_at, created_at, id LIMIT ? FOR UPDATE SKIP LOCKED"
-);
+pub(crate) const CLAIM_ANY: &str = concat!(claim_select!(), claim_order!());
+
+/// [`CLAIM_ANY`] without the probe.
+pub(crate) const OPTIMISTIC_CLAIM_ANY: &str = concat!(optimistic_select!(), claim_order!());
 
 /// The same for `types` task types: the types, one placeholder each, how many. A list
 /// of placeholders, not a JSON_TABLE of them: MariaDB joined the JSON_TABLE as a
@@ -144,10 +166,18 @@ pub(crate) const CLAIM_ANY: &str = concat!(
 /// worker at a time claimed (a typed Worker drained at 0.2 x an untyped one).
 pub(crate) fn claim_types(types: usize) -> Cow<'static, str> {
     Cow::Owned(format!(
+        concat!(claim_select!(), "AND task_type IN ({}) ", claim_order!()),
+        repeat("?", types)
+    ))
+}
+
+/// [`claim_types`] without the probe.
+pub(crate) fn optimistic_claim_types(types: usize) -> Cow<'static, str> {
+    Cow::Owned(format!(
         concat!(
-            claim_select!(),
-            "AND task_type IN ({}) \
-             ORDER BY priority DESC, run_at, created_at, id LIMIT ? FOR UPDATE SKIP LOCKED"
+            optimistic_select!(),
+            "AND task_type IN ({}) ",
+            claim_order!()
         ),
         repeat("?", types)
     ))

@@ -52,16 +52,38 @@ macro_rules! replace_queued {
     };
 }
 
-/// A claim up to the selection of the tasks: `claim_any` and `claim_types` differ in
-/// which tasks they select ([`claim_end!`] closes both).
+/// Every claim up to the selection of its tasks: they move to `running` under the lease.
+/// `id = ANY(ARRAY(...))`: the selection runs once, then one primary-key lookup per
+/// task.
+macro_rules! claim_start {
+    () => {
+        "UPDATE task_run SET status = 'running', attempts = attempts + 1, \
+         lease_owner = $1, lease_expires_at = statement_timestamp() + $2 * interval '1 microsecond', \
+         started_at = statement_timestamp(), updated_at = statement_timestamp() \
+         WHERE id = ANY(ARRAY(SELECT "
+    };
+}
+
+/// The due tasks a claim selects from (then `AND` its own conditions).
 ///
 /// A paused type's tasks are not due: one primary-key probe of `task_dedup_paused` per
-/// candidate, fenced by `OFFSET 0` like the key's probe below. Not
+/// candidate, fenced by `OFFSET 0` like the key's probe of the probing claim. Not
 /// `NOT (task_type = ANY(ARRAY(SELECT ... FROM task_dedup_paused)))`: PostgreSQL
 /// estimates `task_type = <unknown>` as 1 / (distinct types), so on a table of one
 /// task type it expected no due task at all, planned a scan of every queued task and a
 /// sort instead of the claim index in order, and a drain of 10,000 tasks ran at a sixth
 /// of its speed once the table had statistics. A fenced probe is estimated at one half.
+macro_rules! due {
+    () => {
+        "FROM task_run t \
+         WHERE status = 'queued' AND run_at <= statement_timestamp() \
+         AND NOT EXISTS (SELECT 1 FROM task_dedup_paused p \
+         WHERE p.task_type = t.task_type OFFSET 0) "
+    };
+}
+
+/// The probing claim up to its selection's `ORDER BY` ([`claim_end!`] closes it):
+/// `claim_any` and `claim_types` differ in which tasks they select.
 ///
 /// One run per key: a task is due only if no task of its key runs (a probe of
 /// `task_running_resource_uidx`, whose predicate it repeats), unless it is `concurrent`.
@@ -74,17 +96,13 @@ macro_rules! replace_queued {
 macro_rules! claim_set {
     () => {
         concat!(
-            "UPDATE task_run SET status = 'running', attempts = attempts + 1, \
-             lease_owner = $1, lease_expires_at = statement_timestamp() + $2 * interval '1 microsecond', \
-             started_at = statement_timestamp(), updated_at = statement_timestamp() \
-             WHERE id = ANY(ARRAY(SELECT DISTINCT ON (user_id, task_type, resource_key, \
+            claim_start!(),
+            "DISTINCT ON (user_id, task_type, resource_key, \
              CASE WHEN concurrent THEN id END) id \
              FROM (SELECT id, user_id, task_type, resource_key, concurrent, priority, run_at, \
-             created_at FROM task_run t \
-             WHERE status = 'queued' AND run_at <= statement_timestamp() \
-             AND NOT EXISTS (SELECT 1 FROM task_dedup_paused p \
-             WHERE p.task_type = t.task_type OFFSET 0) \
-             AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
+             created_at ",
+            due!(),
+            "AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
              WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
              AND r.resource_key = t.resource_key AND ",
             runs_serially_sql!(),
@@ -93,12 +111,11 @@ macro_rules! claim_set {
     };
 }
 
-/// The end of a claim, after its selection: the next `$limit` due tasks in claim order,
-/// locked (SKIP LOCKED: concurrent claimers pass over each other's rows instead of
-/// queueing behind them), then the first of each key among them (DISTINCT ON; a
-/// `concurrent` task is a key of its own), so one claim never starts two tasks of one
-/// key. `id = ANY(ARRAY(...))`: the selection runs once, then one primary-key lookup per
-/// task.
+/// The end of a probing claim, after its selection: the next `$limit` due tasks in
+/// claim order, locked (SKIP LOCKED: concurrent claimers pass over each other's rows
+/// instead of queueing behind them), then the first of each key among them (DISTINCT
+/// ON; a `concurrent` task is a key of its own), so one claim never starts two tasks of
+/// one key.
 macro_rules! claim_end {
     ($limit:literal) => {
         concat!(
@@ -108,6 +125,21 @@ macro_rules! claim_end {
              ORDER BY user_id, task_type, resource_key, CASE WHEN concurrent THEN id END, \
              priority DESC, run_at, created_at, id)) \
              RETURNING ",
+            columns!()
+        )
+    };
+}
+
+/// The optimistic claim: the next `$limit` due tasks in claim order, locked as above,
+/// with neither the probe nor the one-per-key step. `task_running_resource_uidx` fails
+/// it (`Kind::RunningKey`) when it picked a task whose key runs, or two of one key, and
+/// then it took nothing.
+macro_rules! optimistic_end {
+    ($limit:literal) => {
+        concat!(
+            "ORDER BY priority DESC, run_at, created_at, id LIMIT ",
+            $limit,
+            " FOR UPDATE SKIP LOCKED)) RETURNING ",
             columns!()
         )
     };
@@ -220,6 +252,11 @@ pub(crate) const STATEMENTS: Statements = Statements {
             VALUES ($1, statement_timestamp()) ON CONFLICT (task_type) DO NOTHING",
     resume: "DELETE FROM task_dedup_paused WHERE task_type = $1",
     paused: "SELECT task_type, paused_at FROM task_dedup_paused ORDER BY task_type",
+    running_index: "SELECT 1 AS present FROM pg_index i \
+                    JOIN pg_class c ON c.oid = i.indexrelid \
+                    WHERE i.indrelid = to_regclass('task_run') \
+                    AND c.relname = 'task_running_resource_uidx' \
+                    AND i.indisunique AND i.indisvalid",
 };
 
 pub(crate) const RETURNING: Returning = Returning {
@@ -230,6 +267,14 @@ pub(crate) const RETURNING: Returning = Returning {
     // claim fails (`Kind::RunningKey`) and is run again.
     claim_any: concat!(claim_set!(), claim_end!("$3")),
     claim_types: concat!(claim_set!(), "AND task_type = ANY($3) ", claim_end!("$4")),
+    optimistic_claim_any: concat!(claim_start!(), "id ", due!(), optimistic_end!("$3")),
+    optimistic_claim_types: concat!(
+        claim_start!(),
+        "id ",
+        due!(),
+        "AND task_type = ANY($3) ",
+        optimistic_end!("$4")
+    ),
 };
 
 /// The channel waiting workers LISTEN on.

@@ -24,8 +24,18 @@ macro_rules! complete {
     };
 }
 
-/// A claim up to the selection of the tasks: `claim_any` and `claim_types` differ in
-/// which tasks they select ([`claim_end!`] closes both).
+/// Every claim up to the selection of its tasks: they move to `running` under the lease.
+macro_rules! claim_start {
+    () => {
+        "UPDATE task_run SET status = 'running', attempts = attempts + 1, lease_owner = ?, \
+         lease_expires_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?), \
+         started_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
+         updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
+         WHERE id IN (SELECT id FROM "
+    };
+}
+
+/// The due tasks a claim selects from (then `AND` its own conditions).
 ///
 /// A paused type's tasks are not due (`task_dedup_paused`, read once per claim).
 ///
@@ -35,6 +45,17 @@ macro_rules! complete {
 /// (Debian 12's, which `sqlx`'s `sqlite-unbundled` links) planned a skip-scan over
 /// `status` and `priority` with `run_at` as a range instead, and sorted every due task
 /// for each claim. The bundled SQLite (3.50) reads the index in order either way.
+macro_rules! due {
+    () => {
+        "task_run t \
+         WHERE status = 'queued' \
+         AND +run_at <= strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', '+0.001 seconds') \
+         AND task_type NOT IN (SELECT task_type FROM task_dedup_paused) "
+    };
+}
+
+/// The probing claim up to its selection's `ORDER BY` ([`claim_end!`] closes it):
+/// `claim_any` and `claim_types` differ in which tasks they select.
 ///
 /// One run per key: a task is due only if no task of its key runs (a probe of
 /// `task_running_resource_uidx`, whose predicate it repeats so that SQLite uses it),
@@ -43,19 +64,14 @@ macro_rules! complete {
 macro_rules! claim_set {
     () => {
         concat!(
-            "UPDATE task_run SET status = 'running', attempts = attempts + 1, lease_owner = ?, \
-             lease_expires_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?), \
-             started_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
-             updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
-             WHERE id IN (SELECT id FROM (SELECT id, row_number() OVER (PARTITION BY user_id, \
+            claim_start!(),
+            "(SELECT id, row_number() OVER (PARTITION BY user_id, \
              task_type, resource_key, CASE WHEN concurrent THEN id END \
              ORDER BY priority DESC, run_at, created_at, id) AS nth \
              FROM (SELECT id, user_id, task_type, resource_key, concurrent, priority, run_at, \
-             created_at FROM task_run t \
-             WHERE status = 'queued' \
-             AND +run_at <= strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', '+0.001 seconds') \
-             AND task_type NOT IN (SELECT task_type FROM task_dedup_paused) \
-             AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
+             created_at FROM ",
+            due!(),
+            "AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
              WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
              AND r.resource_key = t.resource_key AND ",
             runs_serially_sql!(),
@@ -64,14 +80,27 @@ macro_rules! claim_set {
     };
 }
 
-/// The end of a claim, after its selection: the next due tasks in claim order, then the
-/// first of each key among them (a `concurrent` task is a key of its own), so one claim
-/// never starts two tasks of one key.
+/// The end of a probing claim, after its selection: the next due tasks in claim order,
+/// then the first of each key among them (a `concurrent` task is a key of its own), so
+/// one claim never starts two tasks of one key.
 macro_rules! claim_end {
     () => {
         concat!(
             "ORDER BY priority DESC, run_at, created_at, id LIMIT ?)) WHERE nth = 1) \
              RETURNING ",
+            columns!()
+        )
+    };
+}
+
+/// The end of the optimistic claim: the next due tasks in claim order, with neither the
+/// probe nor the one-per-key step. `task_running_resource_uidx` fails it
+/// (`Kind::RunningKey`) when it picked a task whose key runs, or two of one key, and
+/// then it took nothing.
+macro_rules! optimistic_end {
+    () => {
+        concat!(
+            "ORDER BY priority DESC, run_at, created_at, id LIMIT ?) RETURNING ",
             columns!()
         )
     };
@@ -175,6 +204,9 @@ pub(crate) const STATEMENTS: Statements = Statements {
             VALUES (?, strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now')) ON CONFLICT DO NOTHING",
     resume: "DELETE FROM task_dedup_paused WHERE task_type = ?",
     paused: "SELECT task_type, paused_at FROM task_dedup_paused ORDER BY task_type",
+    running_index: "SELECT 1 AS present FROM sqlite_master WHERE type = 'index' \
+                    AND tbl_name = 'task_run' AND name = 'task_running_resource_uidx' \
+                    AND sql LIKE 'CREATE UNIQUE INDEX%'",
 };
 
 pub(crate) const RETURNING: Returning = Returning {
@@ -198,6 +230,13 @@ pub(crate) const RETURNING: Returning = Returning {
         claim_set!(),
         "AND task_type IN (SELECT value FROM json_each(?)) ",
         claim_end!()
+    ),
+    optimistic_claim_any: concat!(claim_start!(), due!(), optimistic_end!()),
+    optimistic_claim_types: concat!(
+        claim_start!(),
+        due!(),
+        "AND task_type IN (SELECT value FROM json_each(?)) ",
+        optimistic_end!()
     ),
 };
 

@@ -28,7 +28,7 @@ use self::conn::{Conn, Txn};
 use crate::connection::Target;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 use crate::dialect::Returning;
-use crate::dialect::{Dialect, Failure, Guarded, Statements};
+use crate::dialect::{Claim, Dialect, Failure, Guarded, Statements};
 use crate::task_run;
 
 /// Runs task-dedup's statements on one connection: a pool, the caller's transaction, or
@@ -409,10 +409,12 @@ impl<'c> Executor<'c> {
     /// priority first, then the oldest `run_at`, then the oldest task; one per key, and
     /// none of a key with a task running (`concurrent` tasks aside).
     ///
-    /// A claim that lost the race for a key's run to a concurrent claim fails with
+    /// A claim that lost the race for a key's run to a concurrent claim, or an
+    /// [optimistic](Claim::Optimistic) one that picked a task whose key runs, fails with
     /// [`Kind::RunningKey`](crate::dialect::Kind::RunningKey) and took nothing.
     pub(crate) async fn claim(
         &mut self,
+        how: Claim,
         worker_id: &str,
         task_types: &[&str],
         lease_micros: i64,
@@ -426,24 +428,26 @@ impl<'c> Executor<'c> {
                 let returning = &crate::dialect::postgres::RETURNING;
                 let mut txn = self.begin(false).await?;
                 let outcome = txn
-                    .claim_returning(returning, worker_id, task_types, lease_micros, max)
+                    .claim_returning(returning, how, worker_id, task_types, lease_micros, max)
                     .await;
                 txn.finish(outcome).await?
             }
             #[cfg(feature = "postgres")]
             Dialect::Postgres => {
                 let returning = &crate::dialect::postgres::RETURNING;
-                self.claim_returning(returning, worker_id, task_types, lease_micros, max)
+                self.claim_returning(returning, how, worker_id, task_types, lease_micros, max)
                     .await?
             }
             #[cfg(feature = "sqlite")]
             Dialect::Sqlite => {
                 let returning = &crate::dialect::sqlite::RETURNING;
-                self.claim_returning(returning, worker_id, task_types, lease_micros, max)
+                self.claim_returning(returning, how, worker_id, task_types, lease_micros, max)
                     .await?
             }
             #[cfg(feature = "mysql")]
-            Dialect::MySql => mysql::claim(self, worker_id, task_types, lease_micros, max).await?,
+            Dialect::MySql => {
+                mysql::claim(self, how, worker_id, task_types, lease_micros, max).await?
+            }
         };
         // RETURNING and IN keep no order.
         tasks.sort_by_key(|t| (std::cmp::Reverse(t.priority), t.run_at, t.created_at, t.id));
@@ -454,6 +458,7 @@ impl<'c> Executor<'c> {
     async fn claim_returning(
         &mut self,
         returning: &Returning,
+        how: Claim,
         worker_id: &str,
         task_types: &[&str],
         lease_micros: i64,
@@ -463,11 +468,16 @@ impl<'c> Executor<'c> {
             Arg::Str(worker_id),
             args::interval(self.dialect, lease_micros),
         ];
-        let sql = if task_types.is_empty() {
-            returning.claim_any
-        } else {
-            values.push(args::task_types(self.dialect, task_types));
-            returning.claim_types
+        let sql = match (how, task_types.is_empty()) {
+            (Claim::Probing, true) => returning.claim_any,
+            (Claim::Optimistic, true) => returning.optimistic_claim_any,
+            (how, false) => {
+                values.push(args::task_types(self.dialect, task_types));
+                match how {
+                    Claim::Probing => returning.claim_types,
+                    Claim::Optimistic => returning.optimistic_claim_types,
+                }
+            }
         };
         values.push(Arg::I64(max));
         self.tasks(sql, values).await
@@ -585,6 +595,13 @@ impl<'c> Executor<'c> {
             .iter()
             .map(|row| Ok((row.try_get("", "task_type")?, row.try_get("", "paused_at")?)))
             .collect::<Result<_, sea_orm::DbErr>>()?)
+    }
+
+    /// Whether `task_run` has `task_running_resource_uidx` (valid and unique), which an
+    /// [optimistic](Claim::Optimistic) claim relies on.
+    pub(crate) async fn has_running_index(&mut self) -> Result<bool, Failure> {
+        let rows = self.rows(self.statements().running_index, vec![]).await?;
+        Ok(!rows.is_empty())
     }
 
     /// Inserts the rows of a batch, `plain` skipping held keys and `replace` replacing

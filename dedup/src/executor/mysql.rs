@@ -8,10 +8,11 @@ use uuid::Uuid;
 
 use super::args::{self, Arg};
 use super::{EndMany, Executor, Inserted};
-use crate::dialect::Failure;
 use crate::dialect::mysql::{
-    CLAIM_ANY, REPLACE, STATEMENTS, claim_types, claim_update, claimed, ended_by,
+    CLAIM_ANY, OPTIMISTIC_CLAIM_ANY, REPLACE, STATEMENTS, claim_types, claim_update, claimed,
+    ended_by, optimistic_claim_types,
 };
+use crate::dialect::{Claim, Failure};
 use crate::task_run;
 
 /// A plain INSERT; the duplicate-key error on our index means "held" (and with
@@ -69,6 +70,7 @@ async fn replace_queued(
 /// meanwhile.
 pub(super) async fn claim(
     exec: &mut Executor<'_>,
+    how: Claim,
     worker_id: &str,
     task_types: &[&str],
     lease_micros: i64,
@@ -78,11 +80,19 @@ pub(super) async fn claim(
     let mut txn = exec.begin(false).await?;
     let outcome = async {
         let select = if task_types.is_empty() {
-            txn.rows(CLAIM_ANY, vec![Arg::I64(max)]).await?
+            let sql = match how {
+                Claim::Probing => CLAIM_ANY,
+                Claim::Optimistic => OPTIMISTIC_CLAIM_ANY,
+            };
+            txn.rows(sql, vec![Arg::I64(max)]).await?
         } else {
             let mut values: Vec<Arg> = task_types.iter().map(|t| Arg::Str(t)).collect();
             values.push(Arg::I64(max));
-            txn.rows(claim_types(task_types.len()), values).await?
+            let sql = match how {
+                Claim::Probing => claim_types(task_types.len()),
+                Claim::Optimistic => optimistic_claim_types(task_types.len()),
+            };
+            txn.rows(sql, values).await?
         };
         let mut keys = HashSet::with_capacity(select.len());
         let mut ids = Vec::with_capacity(select.len());
