@@ -61,7 +61,9 @@ pub trait TaskWorker: crate::connection::sealed::Sealed {
     /// aside), and tasks behind it are claimed past it. The database's
     /// `task_running_resource_uidx` guarantees it; a claim that loses a key to a
     /// concurrent claim is run again (up to 5 times, then it returns nothing), never an
-    /// error.
+    /// error. On a pool the first claim is optimistic (it leaves the refusal of a second
+    /// run to the index) and one the index refused is run again looking for running
+    /// tasks of its keys, as claims then do for a second (README "One run per key").
     ///
     /// A claim lost with its connection is not retried by the library: it may have taken
     /// effect, and its task then comes back when the lease expires and the reaper
