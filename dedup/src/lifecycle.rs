@@ -287,6 +287,9 @@ impl<C: DedupConnection> TaskWorker for C {
             // (`task_running_resource_uidx`), or an optimistic one picked a task whose
             // key runs, and took nothing.
             let attempt = async {
+                // A rerun after a lost race on another connection could pass over the
+                // tasks the failed claim picked: see `Executor::hold`.
+                exec.hold().await?;
                 match exec
                     .claim(how, worker_id, task_types, lease_micros, max)
                     .await

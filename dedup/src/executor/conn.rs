@@ -119,10 +119,37 @@ impl<'c> Pool<'c> {
     }
 }
 
+/// A connection taken from a [`Pool`] for several statements.
+pub(crate) enum Held {
+    #[cfg(feature = "postgres")]
+    Postgres(sqlx::pool::PoolConnection<sqlx::Postgres>),
+    #[cfg(feature = "mysql")]
+    MySql(sqlx::pool::PoolConnection<sqlx::MySql>),
+    #[cfg(feature = "sqlite")]
+    Sqlite(sqlx::pool::PoolConnection<sqlx::Sqlite>),
+}
+
+impl Pool<'_> {
+    /// One of the pool's connections, until it is dropped.
+    pub(crate) async fn hold(self) -> Result<Held, DbErr> {
+        Ok(match self {
+            #[cfg(feature = "postgres")]
+            Pool::Postgres(pool) => Held::Postgres(pool.acquire().await.map_err(acquire_err)?),
+            #[cfg(feature = "mysql")]
+            Pool::MySql(pool) => Held::MySql(pool.acquire().await.map_err(acquire_err)?),
+            #[cfg(feature = "sqlite")]
+            Pool::Sqlite(pool) => Held::Sqlite(pool.acquire().await.map_err(acquire_err)?),
+        })
+    }
+}
+
 /// Where statements run.
 pub(crate) enum Conn<'c> {
     /// A sqlx pool, each statement on a connection of its own.
     Pool(Pool<'c>),
+    /// One connection of a sqlx pool, for every statement (see
+    /// [`Executor::hold`](super::Executor::hold)).
+    Held(Pool<'c>, Held),
     /// Through SeaORM: a connection without a sqlx pool (a mock or a proxy).
     SeaOrm(&'c DatabaseConnection),
     /// Through SeaORM: the caller's transaction, or one of the crate's own in it (a
@@ -198,6 +225,36 @@ macro_rules! dispatch {
                 on_sqlx!(
                     sqlx::Sqlite,
                     &mut *conn,
+                    $sql,
+                    $args,
+                    |$query, $executor| $sqlx
+                )
+            }
+            #[cfg(feature = "postgres")]
+            Conn::Held(_, Held::Postgres(conn)) => {
+                on_sqlx!(
+                    sqlx::Postgres,
+                    &mut **conn,
+                    $sql,
+                    $args,
+                    |$query, $executor| $sqlx
+                )
+            }
+            #[cfg(feature = "mysql")]
+            Conn::Held(_, Held::MySql(conn)) => {
+                on_sqlx!(
+                    sqlx::MySql,
+                    &mut **conn,
+                    $sql,
+                    $args,
+                    |$query, $executor| { $sqlx }
+                )
+            }
+            #[cfg(feature = "sqlite")]
+            Conn::Held(_, Held::Sqlite(conn)) => {
+                on_sqlx!(
+                    sqlx::Sqlite,
+                    &mut **conn,
                     $sql,
                     $args,
                     |$query, $executor| $sqlx
@@ -340,6 +397,7 @@ impl<'c> Conn<'c> {
                 let mut conn = pool.acquire().await.map_err(acquire_err)?;
                 raw!(&mut *conn)
             }
+            Conn::Held(_, Held::Postgres(conn)) => raw!(&mut **conn),
             Conn::PgTxn(txn) => raw!(&mut **txn),
             Conn::SeaOrmTxn(txn) if rows => Ok((unprepared_rows(txn, backend, sql).await?, 0)),
             Conn::SeaOrmTxn(txn) => Ok((
@@ -365,7 +423,7 @@ impl<'c> Conn<'c> {
 
     /// Whether statements run in a transaction (the caller's or one of the crate's own).
     pub(crate) fn in_transaction(&self) -> bool {
-        !matches!(self, Conn::Pool(_) | Conn::SeaOrm(_))
+        !matches!(self, Conn::Pool(_) | Conn::Held(..) | Conn::SeaOrm(_))
     }
 
     /// Starts a transaction of the crate's own: on a pool a new one, inside a
@@ -394,6 +452,27 @@ impl<'c> Conn<'c> {
                     pool.begin().await
                 }
                 .map_err(acquire_err)?,
+            ),
+            #[cfg(feature = "postgres")]
+            Conn::Held(_, Held::Postgres(conn)) => Conn::PgTxn(
+                sqlx::Connection::begin(&mut **conn)
+                    .await
+                    .map_err(exec_err)?,
+            ),
+            #[cfg(feature = "mysql")]
+            Conn::Held(_, Held::MySql(conn)) => Conn::MySqlTxn(
+                sqlx::Connection::begin(&mut **conn)
+                    .await
+                    .map_err(exec_err)?,
+            ),
+            #[cfg(feature = "sqlite")]
+            Conn::Held(_, Held::Sqlite(conn)) => Conn::SqliteTxn(
+                if immediate {
+                    sqlx::Connection::begin_with(&mut **conn, "BEGIN IMMEDIATE").await
+                } else {
+                    sqlx::Connection::begin(&mut **conn).await
+                }
+                .map_err(exec_err)?,
             ),
             #[cfg(feature = "postgres")]
             Conn::PgTxn(txn) => {
@@ -447,7 +526,9 @@ impl<'c> Conn<'c> {
             #[cfg(feature = "sqlite")]
             Conn::SqliteTxn(txn) => end!(txn).map_err(exec_err),
             Conn::SeaOrmTxn(Txn::Own(txn)) => end!(txn),
-            Conn::Pool(_) | Conn::SeaOrm(_) | Conn::SeaOrmTxn(Txn::Callers(_)) => Ok(()),
+            Conn::Pool(_) | Conn::Held(..) | Conn::SeaOrm(_) | Conn::SeaOrmTxn(Txn::Callers(_)) => {
+                Ok(())
+            }
         }
     }
 }

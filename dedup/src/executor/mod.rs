@@ -226,7 +226,7 @@ impl<'c> Executor<'c> {
     #[cfg(any(feature = "postgres", feature = "sqlite"))]
     pub(crate) fn pool(&self) -> Option<Pool<'c>> {
         match self.conn {
-            Conn::Pool(pool) => Some(pool),
+            Conn::Pool(pool) | Conn::Held(pool, _) => Some(pool),
             _ => None,
         }
     }
@@ -738,9 +738,23 @@ impl<'c> Executor<'c> {
     /// the caller's transaction, which does not tell.
     pub(crate) fn database_identity(&self) -> Option<u64> {
         match self.conn {
-            Conn::Pool(pool) => Some(pool.identity()),
+            Conn::Pool(pool) | Conn::Held(pool, _) => Some(pool.identity()),
             _ => None,
         }
+    }
+
+    /// Runs every further statement on one connection of the pool, until the executor
+    /// is dropped (nothing in a transaction, or without a sqlx pool).
+    ///
+    /// For a statement run again after the server refused it: PostgreSQL sends the error
+    /// before it releases the statement's row locks, so a rerun on another connection
+    /// can find the rows the failed statement had picked still locked (`SKIP LOCKED`
+    /// passes over them), while the same connection waits for the server to be ready.
+    pub(crate) async fn hold(&mut self) -> Result<(), Failure> {
+        if let Conn::Pool(pool) = self.conn {
+            self.conn = Conn::Held(pool, pool.hold().await?);
+        }
+        Ok(())
     }
 
     /// Wakes PostgreSQL workers that LISTEN (inside a transaction: at its commit).
