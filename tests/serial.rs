@@ -727,3 +727,66 @@ async fn worker_wakes_for_a_follow_up_when_its_predecessor_ends(db: &TestDb) {
     let (first, follow_up) = (row(first.id), row(follow_up.id));
     assert!(follow_up.started_at.expect("started") >= first.finished_at.expect("finished"));
 }
+
+/// PostgreSQL: a worker's recorded ending wakes the workers of other processes, which
+/// LISTEN (here a bare listener): a follow-up of the ended task's key may be waiting for
+/// one of them. (A worker wakes itself for its own endings: the test above. SQLite's
+/// doorbell is in-process; MySQL/MariaDB workers poll.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_ending_wakes_listening_workers_postgres() {
+    common::run(Dialect::Postgres, "an_ending_wakes", async |db: &TestDb| {
+        use sea_orm::sqlx::postgres::PgListener;
+        use task_dedup::Worker;
+        use tokio_util::sync::CancellationToken;
+
+        db.migrate().await;
+        let mut listener = PgListener::connect(&db.url).await.expect("listener");
+        listener.listen("task_dedup_wakeup").await.expect("listen");
+        let release = Arc::new(tokio::sync::Notify::new());
+        let started = Arc::new(AtomicUsize::new(0));
+        let handler = {
+            let (release, started) = (release.clone(), started.clone());
+            move |_task: task_run::Model, _cancel: CancellationToken| {
+                let (release, started) = (release.clone(), started.clone());
+                async move {
+                    started.fetch_add(1, Ordering::SeqCst);
+                    release.notified().await;
+                    Ok(None)
+                }
+            }
+        };
+        let worker = Worker::builder(db.db.clone())
+            .concurrency(1)
+            .poll_interval(Duration::from_secs(30), Duration::from_secs(30))
+            .fallback_poll(Duration::from_secs(30))
+            .handler(handler)
+            .build()
+            .expect("worker");
+        let task = enqueue(&db.db, queued("doc")).await;
+        let shutdown = CancellationToken::new();
+        let running = tokio::spawn(worker.run(shutdown.clone()));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while started.load(Ordering::SeqCst) == 0 {
+            assert!(Instant::now() < deadline, "the task never started");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // The enqueue's notification, and past the debounce.
+        while tokio::time::timeout(Duration::from_millis(200), listener.recv())
+            .await
+            .is_ok()
+        {}
+        release.notify_one();
+        let heard = tokio::time::timeout(Duration::from_secs(5), listener.recv())
+            .await
+            .expect("no wake-up when the run ended")
+            .expect("notification");
+        assert_eq!(heard.channel(), "task_dedup_wakeup");
+        shutdown.cancel();
+        let report = running.await.expect("worker task").expect("worker");
+        assert_eq!(report.completed, 1);
+        let row = common::rows::all(&db.db).await;
+        assert_eq!(row[0].id, task.id);
+        assert_eq!(row[0].status, TaskStatus::Succeeded);
+    })
+    .await;
+}
