@@ -14,6 +14,7 @@ use task_dedup::{DedupError, NewTask, TaskDedup, TaskKey};
 matrix!(
     failed_statements_give_seaorms_variant_on_both_paths,
     failed_acquire_gives_seaorms_variant,
+    a_row_that_is_not_a_task_gives_the_same_error_on_both_paths,
 );
 
 fn key() -> TaskKey {
@@ -167,5 +168,28 @@ fn admin_db(dialect: Dialect) -> &'static str {
         Dialect::Postgres => "postgres",
         Dialect::MySql => "mysql",
         Dialect::Sqlite => unreachable!("no admin database"),
+    }
+}
+
+/// A row the library cannot read as a task (a status no version wrote) is an error, and
+/// the same one on a pool (PostgreSQL: read from sqlx's row by task-dedup) and in a
+/// transaction (SeaORM's mapping): `DbErr::Type`, naming the value.
+async fn a_row_that_is_not_a_task_gives_the_same_error_on_both_paths(db: &TestDb) {
+    db.migrate().await;
+    // A period task holds its key whatever its status.
+    let task = NewTask::new(key()).scope(task_dedup::Scope::Period(Duration::from_secs(3_600)));
+    db.db.find_or_enqueue(task.clone()).await.expect("enqueue");
+    db.exec("UPDATE task_run SET status = 'archived'").await;
+    let on_pool = db.db.find_occupant(&task).await.expect_err("not a status");
+    let txn = db.db.begin().await.expect("begin");
+    let in_txn = txn.find_occupant(&task).await.expect_err("not a status");
+    txn.rollback().await.expect("rollback");
+    for err in [&on_pool, &in_txn] {
+        match err {
+            DedupError::Database(DbErr::Type(message)) => {
+                assert!(message.contains("archived"), "{message}")
+            }
+            other => panic!("expected DbErr::Type, got {other:?}"),
+        }
     }
 }

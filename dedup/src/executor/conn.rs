@@ -20,6 +20,8 @@ use sea_orm::{
 };
 
 use super::args::{self, Arg};
+use super::row::TaskRow;
+use crate::task_run;
 
 /// The sqlx pool behind a SeaORM pool.
 #[derive(Clone, Copy)]
@@ -332,6 +334,39 @@ impl<'c> Conn<'c> {
                 .map(|rows| rows.into_iter().map(QueryResult::from).collect())
                 .map_err(query_err),
             seaorm |db, statement| db.query_all_raw(statement).await
+        }
+    }
+
+    /// Runs `sql`, whose rows are tasks ([`columns!`](crate::dialect)), and reads every
+    /// row into one ([`TaskRow`]). `unprepared`: as for [`fetch_all`](Self::fetch_all).
+    pub(crate) async fn fetch_tasks(
+        &mut self,
+        backend: DbBackend,
+        sql: Cow<'static, str>,
+        args: Vec<Arg<'_>>,
+        unprepared: bool,
+    ) -> Result<Vec<task_run::Model>, DbErr> {
+        if unprepared {
+            // Boxed: its state would otherwise sit in every read's future, beside the
+            // dispatch's.
+            let rows = Box::pin(self.fetch_all(backend, sql, args, true)).await?;
+            return rows.iter().map(TaskRow::task).collect();
+        }
+        dispatch! {
+            self, backend, sql, args,
+            sqlx |query, executor| query
+                .fetch_all(executor)
+                .await
+                .map_err(query_err)?
+                .into_iter()
+                .map(TaskRow::task)
+                .collect(),
+            seaorm |db, statement| db
+                .query_all_raw(statement)
+                .await?
+                .iter()
+                .map(TaskRow::task)
+                .collect()
         }
     }
 

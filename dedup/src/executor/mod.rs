@@ -14,6 +14,7 @@ mod conn;
 mod literal;
 #[cfg(feature = "mysql")]
 mod mysql;
+mod row;
 
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -263,8 +264,11 @@ impl<'c> Executor<'c> {
         sql: impl Into<Cow<'static, str>>,
         args: Vec<Arg<'_>>,
     ) -> Result<Vec<task_run::Model>, Failure> {
-        let rows = self.rows(sql, args).await?;
-        Ok(rows.iter().map(model).collect::<Result<_, _>>()?)
+        let backend = self.backend();
+        Ok(self
+            .conn
+            .fetch_tasks(backend, sql.into(), args, self.unprepared)
+            .await?)
     }
 
     /// The task `sql` returns, if any.
