@@ -19,13 +19,14 @@ mod row;
 use std::borrow::Cow;
 use std::collections::HashSet;
 
-use sea_orm::{DbBackend, FromQueryResult, QueryResult};
+use sea_orm::{DbBackend, QueryResult};
 use uuid::Uuid;
 
 pub(crate) use self::admin::ListArgs;
 use self::args::Arg;
 pub(crate) use self::conn::Pool;
 use self::conn::{Conn, Txn};
+use self::row::TaskRow;
 use crate::connection::Target;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 use crate::dialect::Returning;
@@ -647,7 +648,7 @@ impl<'c> Executor<'c> {
                 if ours.contains(&id) {
                     inserted.created.insert(id);
                 } else {
-                    inserted.replaced.push(model(&row)?);
+                    inserted.replaced.push(row.task()?);
                 }
             }
         }
@@ -783,9 +784,4 @@ impl<'c> Executor<'c> {
         let notified = self.affected(crate::dialect::postgres::PROBE, args).await?;
         Ok(notified > 0)
     }
-}
-
-/// Maps a row of [`columns!`](crate::dialect) to the model.
-fn model(row: &QueryResult) -> Result<task_run::Model, sea_orm::DbErr> {
-    task_run::Model::from_query_result(row, "")
 }
