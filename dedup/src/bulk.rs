@@ -8,15 +8,15 @@ use std::time::Duration;
 use sea_orm::DbErr;
 use uuid::Uuid;
 
-use crate::connection::DedupConnection;
 use crate::dialect::Failure;
 use crate::enqueue::Enqueued;
-use crate::error::DedupError;
 use crate::executor::Executor;
-use crate::key::TaskKey;
 use crate::retry::{MAX_ENQUEUE_ATTEMPTS, Retrying};
-use crate::task::{NewTask, OnConflict};
 use crate::task_run::{self, TaskStatus};
+use crate::values::connection::DedupConnection;
+use crate::values::error::DedupError;
+use crate::values::key::TaskKey;
+use crate::values::task::{NewTask, OnConflict};
 
 /// One task of a batch, with the index of its input.
 struct Item {

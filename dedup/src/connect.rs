@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use sea_orm::{ConnectOptions, Database, DatabaseConnection};
 
-use crate::error::DedupError;
+use crate::values::error::DedupError;
 
 /// Pool size used when the options do not set one. SeaORM's own default for SQLite is a
 /// single connection, which serializes every caller behind one another.

@@ -5,15 +5,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use uuid::Uuid;
 
-use crate::connection::{DedupConnection, WithRetryBudget};
-use crate::error::DedupError;
 use crate::executor::{Executor, Inserted};
 use crate::hot_keys::Hot;
-use crate::key::TaskKey;
 use crate::retry::{MAX_ENQUEUE_ATTEMPTS, Retrying};
-use crate::task::{NewTask, OnConflict, Scope};
 use crate::task_run;
-use crate::typed::Task;
+use crate::values::connection::{DedupConnection, WithRetryBudget};
+use crate::values::error::DedupError;
+use crate::values::key::TaskKey;
+use crate::values::task::{NewTask, OnConflict, Scope};
+use crate::values::typed::Task;
 use crate::{guard, metrics, notify};
 
 /// What [`TaskDedup::find_or_enqueue`] did.
@@ -55,6 +55,15 @@ impl Enqueued {
         matches!(self, Enqueued::Replaced(_))
     }
 
+    /// The task's payload as `T`: what was stored, which on a hit is the holder's
+    /// payload, not this call's.
+    ///
+    /// # Errors
+    /// As [`decode`](crate::decode).
+    pub fn decode<T: Task>(&self) -> Result<T, DedupError> {
+        crate::values::typed::decode(self.task())
+    }
+
     /// `created`, `existing` or `replaced`: the label of metrics and traces.
     pub(crate) fn outcome_name(&self) -> &'static str {
         match self {
@@ -73,7 +82,7 @@ impl Enqueued {
 /// [`DatabaseExecutor`](sea_orm::DatabaseExecutor), and those
 /// [`WithRetryBudget`]. Sealed: not for implementing elsewhere.
 #[async_trait]
-pub trait TaskDedup: crate::connection::sealed::Sealed {
+pub trait TaskDedup: crate::values::connection::sealed::Sealed {
     /// Enqueues `task` unless another task holds its key, and says which happened.
     ///
     /// Which states hold a key is the task's [`Scope`] (default: `queued` or `running`);

@@ -11,11 +11,11 @@ use std::collections::HashSet;
 use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
-use crate::connection::DedupConnection;
 use crate::dialect::{Dialect, Guarded};
-use crate::error::DedupError;
 use crate::executor::Executor;
 use crate::retry::Retrying;
+use crate::values::connection::DedupConnection;
+use crate::values::error::DedupError;
 
 /// A database as the cache knows it: its dialect and identity, `None` for transactions.
 type Database = (Dialect, Option<u64>);

@@ -14,7 +14,7 @@
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::key::TaskKey;
+use crate::values::key::TaskKey;
 
 /// Slots of the table (a power of two): 32 KiB.
 const SLOTS: usize = 4096;

@@ -141,18 +141,14 @@ compile_error!(
 );
 
 mod admin;
-mod backoff;
 mod bulk;
 mod claim_mode;
 mod connect;
-mod connection;
 mod dialect;
 mod enqueue;
-mod error;
 mod executor;
 mod guard;
 mod hot_keys;
-mod key;
 mod lifecycle;
 mod metrics;
 mod notify;
@@ -161,12 +157,10 @@ mod retention;
 mod retry;
 #[cfg(feature = "worker")]
 mod schedule;
-mod task;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
-mod typed;
-mod validate;
+mod values;
 #[cfg(feature = "worker")]
 mod worker;
 
@@ -175,23 +169,25 @@ pub use admin::{
     MAX_COUNT_LIMIT, MinuteCounts, OldestQueued, Order, Page, StatusCount, TaskAdmin, TaskFilter,
     Throughput,
 };
-pub use backoff::{Retry, RetryPolicy};
 pub use connect::{
     DEFAULT_MAX_CONNECTIONS, PoolerMode, SQLITE_BUSY_TIMEOUT, connect, connect_with,
     connect_with_pooler,
 };
-pub use connection::{DEFAULT_RETRY_BUDGET, DedupConnection, WithRetryBudget};
 pub use enqueue::{Enqueued, TaskDedup};
-pub use error::{DedupError, Transition, is_connection_lost, is_timeout, is_transaction_conflict};
-pub use key::{InvalidKey, KeyField, TaskKey};
 pub use lifecycle::{ReapReport, TaskWorker};
 pub use pause::PausedType;
 pub use retention::{MAX_PRUNE_BATCH, PruneReport, Retention};
 pub use retry::MAX_ENQUEUE_ATTEMPTS;
-pub use task::{NewTask, OnConflict, Scope};
 pub use task_dedup_entity::{TaskStatus, task_run};
-pub use typed::{Task, TaskOptions, decode};
-pub use validate::{InvalidReason, MAX_CLAIM, MAX_END_BATCH, MAX_LEASE};
+pub use values::backoff::{Retry, RetryPolicy};
+pub use values::connection::{DEFAULT_RETRY_BUDGET, DedupConnection, WithRetryBudget};
+pub use values::error::{
+    DedupError, Transition, is_connection_lost, is_timeout, is_transaction_conflict,
+};
+pub use values::key::{InvalidKey, KeyField, TaskKey};
+pub use values::task::{NewTask, OnConflict, Scope};
+pub use values::typed::{Task, TaskOptions, decode};
+pub use values::validate::{InvalidReason, MAX_CLAIM, MAX_END_BATCH, MAX_LEASE};
 #[cfg(feature = "worker")]
 #[cfg_attr(docsrs, doc(cfg(feature = "worker")))]
 pub use worker::{

@@ -13,10 +13,7 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use crate::TaskStatus;
-use crate::backoff::{Retry, RetryPolicy};
-use crate::connection::DedupConnection;
 use crate::dialect::{Claim, Failure};
-use crate::error::{DedupError, Transition};
 /// A worker's batch of endings of one shape, as [`end_many`] takes it.
 pub(crate) use crate::executor::EndMany;
 use crate::executor::{Change, Executor};
@@ -24,7 +21,10 @@ use crate::pause::PausedType;
 use crate::retention::{PruneReport, Retention};
 use crate::retry::Retrying;
 use crate::task_run;
-use crate::validate;
+use crate::values::backoff::{Retry, RetryPolicy};
+use crate::values::connection::DedupConnection;
+use crate::values::error::{DedupError, Transition};
+use crate::values::validate;
 
 /// What [`TaskWorker::reap_expired`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -49,7 +49,7 @@ pub struct ReapReport {
 /// every transition is idempotent for its caller, so a repeat after an attempt that took
 /// effect returns what it stored.
 #[async_trait]
-pub trait TaskWorker: crate::connection::sealed::Sealed {
+pub trait TaskWorker: crate::values::connection::sealed::Sealed {
     /// Atomically moves the next due `queued` task (of `task_types`, or of any type when
     /// empty) to `running`, owned by `worker_id` until now + `lease`: the highest
     /// priority first, then the oldest `run_at`, then the oldest task; a task whose
@@ -482,7 +482,7 @@ impl<C: DedupConnection> TaskWorker for C {
     async fn prune_finished(&self, older_than: Duration) -> Result<u64, DedupError> {
         let retention = Retention::all(older_than);
         if retention.validate().is_err() {
-            return Err(crate::validate::InvalidArgument::out_of_range(
+            return Err(crate::values::validate::InvalidArgument::out_of_range(
                 "older_than",
                 "an age of at most 100 years",
             )

@@ -20,8 +20,8 @@ use std::time::Duration;
 
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 use crate::dialect::Dialect;
-use crate::error::DedupError;
 use crate::executor::Executor;
+use crate::values::error::DedupError;
 
 /// The shortest time between two notifications for one database from this process.
 #[cfg(any(feature = "postgres", feature = "worker"))]
@@ -70,8 +70,8 @@ mod postgres {
     use std::time::Instant;
 
     use super::NOTIFY_DEBOUNCE;
-    use crate::error::DedupError;
     use crate::executor::{Executor, Pool};
+    use crate::values::error::DedupError;
 
     /// When this process last notified each database (by [`database_key`]).
     static LAST_NOTIFIED: LazyLock<Mutex<HashMap<u64, Instant>>> =

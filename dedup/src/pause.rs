@@ -5,12 +5,12 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::connection::DedupConnection;
-use crate::error::DedupError;
 use crate::executor::Executor;
 use crate::retry::Retrying;
 use crate::task_run::TASK_TYPE_MAX_CHARS;
-use crate::validate::{self, InvalidArgument};
+use crate::values::connection::DedupConnection;
+use crate::values::error::DedupError;
+use crate::values::validate::{self, InvalidArgument};
 
 /// A paused task type, as [`TaskWorker::paused`](crate::TaskWorker::paused) lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,11 +6,11 @@
 use std::time::Duration;
 
 use crate::TaskStatus;
-use crate::connection::DedupConnection;
-use crate::error::DedupError;
 use crate::executor::Executor;
 use crate::retry::Retrying;
-use crate::validate::{self, InvalidArgument};
+use crate::values::connection::DedupConnection;
+use crate::values::error::DedupError;
+use crate::values::validate::{self, InvalidArgument};
 
 /// The longest age [`Retention`] takes: about 100 years (older cut-offs fall outside
 /// what PostgreSQL's timestamps hold).

@@ -9,9 +9,9 @@ use std::time::Duration;
 use sea_orm::{DbErr, RuntimeErr};
 use tokio::time::Instant;
 
-use crate::connection::{DedupConnection, Target};
-use crate::error::DedupError;
 use crate::executor::Pool;
+use crate::values::connection::{DedupConnection, Target};
+use crate::values::error::DedupError;
 
 /// How many attempts an operation gets before it gives up on the database aborting it
 /// to break deadlocks ([`DedupError::Contention`] for an enqueue, else

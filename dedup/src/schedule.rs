@@ -13,7 +13,7 @@ use std::time::Duration;
 use chrono::{DateTime, Offset, TimeZone, Utc};
 use chrono_tz::Tz;
 
-use crate::error::DedupError;
+use crate::values::error::DedupError;
 
 /// The most missed ticks a [`Schedule::catch_up`] may ask for.
 pub const MAX_CATCH_UP: u32 = 1_000;

@@ -36,9 +36,9 @@ use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder,
 };
 
-use crate::error::DedupError;
 use crate::task_run::{self, TaskStatus};
-use crate::typed::{self, Task};
+use crate::values::error::DedupError;
+use crate::values::typed::{self, Task};
 use crate::worker::Worker;
 pub use crate::worker::drain::Drained;
 

@@ -3,10 +3,10 @@
 
 use uuid::Uuid;
 
-use crate::error::{DedupError, Transition};
 use crate::executor::{Change, Executor, args};
 use crate::retry::MAX_ENQUEUE_ATTEMPTS;
 use crate::task_run;
+use crate::values::error::{DedupError, Transition};
 
 /// failed or cancelled → queued, in a savepoint (PostgreSQL: a unique violation must not
 /// abort the caller's transaction) or a short transaction of its own. When the unique

@@ -7,7 +7,7 @@ use super::Cursor;
 use crate::TaskStatus;
 use crate::executor::ListArgs;
 use crate::task_run::{self, RESOURCE_KEY_MAX_CHARS, TASK_TYPE_MAX_CHARS, USER_ID_MAX_CHARS};
-use crate::validate::{self, InvalidArgument};
+use crate::values::validate::{self, InvalidArgument};
 
 /// The most tasks one page holds, and one bulk action touches.
 pub const MAX_ADMIN_BATCH: usize = 1_000;

@@ -23,12 +23,12 @@ pub use self::filter::{
 };
 pub use self::stats::{MinuteCounts, OldestQueued, StatusCount, Throughput};
 use crate::TaskStatus;
-use crate::connection::DedupConnection;
-use crate::error::DedupError;
 use crate::executor::Executor;
 use crate::lifecycle::TaskWorker;
 use crate::retry::Retrying;
 use crate::task_run;
+use crate::values::connection::DedupConnection;
+use crate::values::error::DedupError;
 
 /// What a bulk action ([`TaskAdmin::retry_tasks`], [`cancel_tasks`](TaskAdmin::cancel_tasks),
 /// [`delete_tasks`](TaskAdmin::delete_tasks)) did, task by task.
@@ -84,7 +84,7 @@ pub struct BulkOutcome {
 /// # }
 /// ```
 #[async_trait]
-pub trait TaskAdmin: crate::connection::sealed::Sealed {
+pub trait TaskAdmin: crate::values::connection::sealed::Sealed {
     /// One page of the tasks `query` selects, in its order, and the cursor of the next
     /// page. A page read while tasks are inserted or removed neither repeats nor skips a
     /// task that existed throughout: each page starts strictly after the last one.
@@ -387,7 +387,7 @@ impl<C: DedupConnection> TaskAdmin for C {
         limit: usize,
         reason: &str,
     ) -> Result<BulkOutcome, DedupError> {
-        crate::validate::error_text("reason", reason)?;
+        crate::values::validate::error_text("reason", reason)?;
         let selected = select(self, filter, limit, &TaskStatus::ACTIVE).await?;
         let ids: Vec<Uuid> = selected.iter().map(|task| task.id).collect();
         let applied = retried!(self, "cancel", |exec| Ok(exec

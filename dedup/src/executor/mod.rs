@@ -27,11 +27,11 @@ use self::args::Arg;
 pub(crate) use self::conn::Pool;
 use self::conn::{Conn, Txn};
 use self::row::TaskRow;
-use crate::connection::Target;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 use crate::dialect::Returning;
 use crate::dialect::{Claim, Dialect, Failure, Guarded, Statements};
 use crate::task_run;
+use crate::values::connection::Target;
 
 /// Runs task-dedup's statements on one connection: a pool, the caller's transaction, or
 /// a transaction of the executor's own ([`Executor::begin`]).

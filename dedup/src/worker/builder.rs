@@ -11,14 +11,14 @@ use super::handler::Handler;
 use super::periodic::Declared;
 use super::route::{Route, Routes, TaskHandler, TypeRoute, Typed, Untyped};
 use super::{Wakeups, Worker};
-use crate::backoff::RetryPolicy;
-use crate::connection::DEFAULT_RETRY_BUDGET;
-use crate::error::DedupError;
 use crate::retention::Retention;
 use crate::schedule::Schedule;
 use crate::task_run;
-use crate::typed::{Task, TaskOptions};
-use crate::validate::{self, InvalidArgument, InvalidReason};
+use crate::values::backoff::RetryPolicy;
+use crate::values::connection::DEFAULT_RETRY_BUDGET;
+use crate::values::error::DedupError;
+use crate::values::typed::{Task, TaskOptions};
+use crate::values::validate::{self, InvalidArgument, InvalidReason};
 
 /// Builds a [`Worker`]: `Worker::builder(db)`, then the settings, then
 /// [`build`](Self::build). Every setting but the handler has a default.

@@ -25,8 +25,8 @@ use uuid::Uuid;
 use super::Shared;
 use super::record::{Recorded, counted};
 use crate::TaskStatus;
-use crate::backoff::Retry;
 use crate::lifecycle::{self, EndMany, EndedMany, TaskWorker};
+use crate::values::backoff::Retry;
 
 /// How a task's run ended, to be recorded.
 pub(super) struct Ending {

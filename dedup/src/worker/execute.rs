@@ -11,9 +11,9 @@ use super::handler::HandlerError;
 use super::job::Lease;
 use super::route::RunContext;
 use super::{Shared, record};
-use crate::error::DedupError;
 use crate::lifecycle::TaskWorker;
 use crate::task_run;
+use crate::values::error::DedupError;
 
 /// How a task's run ended, before it is recorded.
 pub(super) enum Ended {

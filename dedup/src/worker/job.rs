@@ -9,11 +9,11 @@ use sea_orm::DatabaseConnection;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::connection::WithRetryBudget;
-use crate::error::DedupError;
 use crate::lifecycle::TaskWorker;
 use crate::task_run;
-use crate::validate::{self, InvalidArgument};
+use crate::values::connection::WithRetryBudget;
+use crate::values::error::DedupError;
+use crate::values::validate::{self, InvalidArgument};
 
 /// One run of a typed task, handed to its
 /// [`TaskHandler`](super::TaskHandler): the payload decoded (`args`), the task as

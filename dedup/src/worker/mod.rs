@@ -34,11 +34,11 @@ pub use job::{Job, Lease};
 pub use route::TaskHandler;
 pub use wake::Wakeups;
 
-use crate::backoff::RetryPolicy;
-use crate::connection::WithRetryBudget;
-use crate::error::DedupError;
 use crate::lifecycle::TaskWorker;
 use crate::task_run;
+use crate::values::backoff::RetryPolicy;
+use crate::values::connection::WithRetryBudget;
+use crate::values::error::DedupError;
 
 /// The runtime that runs tasks, configured through [`WorkerBuilder`]. It claims up to
 /// its concurrency, runs the [`Handler`] for each under a lease it keeps alive,

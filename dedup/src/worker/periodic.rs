@@ -20,12 +20,12 @@ use tracing::Instrument;
 
 use super::{Shared, add};
 use crate::enqueue::TaskDedup;
-use crate::error::DedupError;
 use crate::metrics;
 use crate::schedule::{Schedule, Ticks};
-use crate::task::{NewTask, OnConflict};
-use crate::typed::Task;
-use crate::validate::{InvalidArgument, InvalidReason};
+use crate::values::error::DedupError;
+use crate::values::task::{NewTask, OnConflict};
+use crate::values::typed::Task;
+use crate::values::validate::{InvalidArgument, InvalidReason};
 
 /// How long a scheduler waits before it enqueues again a tick that failed (after the
 /// enqueue's own retries within the worker's retry budget).

@@ -10,9 +10,10 @@ use super::completer::{End, Ending};
 use super::execute::Ended;
 use super::handler::HandlerError;
 use super::{Shared, add};
-use crate::backoff::{Retry, RetryPolicy};
 use crate::lifecycle::TaskWorker;
-use crate::{metrics, task_run, validate};
+use crate::values::backoff::{Retry, RetryPolicy};
+use crate::values::validate;
+use crate::{metrics, task_run};
 
 /// What became of a task, once recorded.
 #[derive(Clone, Copy, PartialEq, Eq)]

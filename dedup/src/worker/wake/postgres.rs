@@ -23,8 +23,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::connection::Target;
 use crate::executor::Executor;
+use crate::values::connection::Target;
 
 /// How long the listener waits after it LISTENed before its first check: its server
 /// process must have been idle for 100 ms to be notified (see

@@ -3,7 +3,7 @@
 use std::fmt;
 
 use crate::task_run::{RESOURCE_KEY_MAX_CHARS, TASK_TYPE_MAX_CHARS, USER_ID_MAX_CHARS};
-use crate::validate::{self, InvalidReason};
+use crate::values::validate::{self, InvalidReason};
 
 /// The dedup key: at most one task per key is active at a time.
 ///

@@ -1,7 +1,7 @@
 //! Typed tasks: the [`Task`] trait a serde type implements to name its task type, derive
 //! its [`TaskKey`] from its fields and carry its default policies ([`TaskOptions`]), and
 //! the conversions between such a value and what is stored ([`NewTask::from_task`],
-//! [`Enqueued::decode`], [`decode`]).
+//! [`Enqueued::decode`](crate::Enqueued::decode), [`decode`]).
 //!
 //! The typed API is a layer over the untyped one: a typed enqueue is a
 //! [`find_or_enqueue`](crate::TaskDedup::find_or_enqueue) of the [`NewTask`] the value
@@ -12,12 +12,11 @@ use std::time::Duration;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::backoff::RetryPolicy;
-use crate::enqueue::Enqueued;
-use crate::error::DedupError;
-use crate::key::TaskKey;
-use crate::task::{NewTask, OnConflict, Scope};
 use crate::task_run;
+use crate::values::backoff::RetryPolicy;
+use crate::values::error::DedupError;
+use crate::values::key::TaskKey;
+use crate::values::task::{NewTask, OnConflict, Scope};
 
 /// A task type as a Rust type: its values are the payloads, stored as JSON.
 ///
@@ -197,17 +196,6 @@ impl NewTask {
             .on_conflict(options.on_conflict)
             .priority(options.priority)
             .concurrent(options.concurrent))
-    }
-}
-
-impl Enqueued {
-    /// The task's payload as `T`: what was stored, which on a hit is the holder's
-    /// payload, not this call's.
-    ///
-    /// # Errors
-    /// As [`decode`].
-    pub fn decode<T: Task>(&self) -> Result<T, DedupError> {
-        decode(self.task())
     }
 }
 

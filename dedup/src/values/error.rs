@@ -8,8 +8,8 @@ use uuid::Uuid;
 
 use crate::TaskStatus;
 use crate::dialect::{Failure, Kind};
-use crate::key::{InvalidKey, KeyField, TaskKey};
-use crate::validate::{InvalidArgument, InvalidReason};
+use crate::values::key::{InvalidKey, KeyField, TaskKey};
+use crate::values::validate::{InvalidArgument, InvalidReason};
 
 /// Everything that can go wrong in task-dedup.
 #[derive(Debug, thiserror::Error)]

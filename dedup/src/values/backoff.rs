@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use crate::error::DedupError;
-use crate::validate::InvalidArgument;
+use crate::values::error::DedupError;
+use crate::values::validate::InvalidArgument;
 
 /// What to do with a task whose attempt failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
