@@ -141,14 +141,11 @@ compile_error!(
 );
 
 mod admin;
-mod bulk;
 mod claim_mode;
 mod connect;
 mod dialect;
 mod enqueue;
 mod executor;
-mod guard;
-mod hot_keys;
 mod lifecycle;
 mod metrics;
 mod notify;
@@ -173,7 +170,8 @@ pub use connect::{
     DEFAULT_MAX_CONNECTIONS, PoolerMode, SQLITE_BUSY_TIMEOUT, connect, connect_with,
     connect_with_pooler,
 };
-pub use enqueue::{Enqueued, TaskDedup};
+pub use enqueue::TaskDedup;
+pub use enqueue::outcome::Enqueued;
 pub use lifecycle::{ReapReport, TaskWorker};
 pub use pause::PausedType;
 pub use retention::{MAX_PRUNE_BATCH, PruneReport, Retention};

@@ -1,12 +1,20 @@
-//! [`TaskDedup::find_or_enqueue`]: insert first, read on conflict, never check-then-insert.
+//! [`TaskDedup::find_or_enqueue`]: insert first, read on conflict, never check-then-insert;
+//! its batch form ([`bulk`]), the keys it expects to be hits ([`hot_keys`]) and the check
+//! that the unique index exists before the first write ([`guard`]).
+
+pub(crate) mod bulk;
+pub(crate) mod guard;
+pub(crate) mod hot_keys;
+pub(crate) mod outcome;
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use uuid::Uuid;
 
+use self::hot_keys::Hot;
+use self::outcome::Enqueued;
 use crate::executor::{Executor, Inserted};
-use crate::hot_keys::Hot;
 use crate::retry::{MAX_ENQUEUE_ATTEMPTS, Retrying};
 use crate::task_run;
 use crate::values::connection::{DedupConnection, WithRetryBudget};
@@ -14,65 +22,7 @@ use crate::values::error::DedupError;
 use crate::values::key::TaskKey;
 use crate::values::task::{NewTask, OnConflict, Scope};
 use crate::values::typed::Task;
-use crate::{guard, metrics, notify};
-
-/// What [`TaskDedup::find_or_enqueue`] did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Enqueued {
-    /// This call inserted the task.
-    Created(task_run::Model),
-    /// Another task held the key; this is it, as stored. Nothing was written.
-    Existing(task_run::Model),
-    /// [`OnConflict::ReplaceIfQueued`]: the queued task holding the key took this
-    /// request's payload, `run_at` and priority; this is it as it is now stored. Its id,
-    /// scope, attempts and creation time are its own.
-    Replaced(task_run::Model),
-}
-
-impl Enqueued {
-    /// The task, whatever happened.
-    pub fn task(&self) -> &task_run::Model {
-        match self {
-            Enqueued::Created(task) | Enqueued::Existing(task) | Enqueued::Replaced(task) => task,
-        }
-    }
-
-    /// The task, whatever happened.
-    pub fn into_task(self) -> task_run::Model {
-        match self {
-            Enqueued::Created(task) | Enqueued::Existing(task) | Enqueued::Replaced(task) => task,
-        }
-    }
-
-    /// Whether this call created the task.
-    pub fn is_created(&self) -> bool {
-        matches!(self, Enqueued::Created(_))
-    }
-
-    /// Whether this call replaced the payload of a queued task.
-    pub fn is_replaced(&self) -> bool {
-        matches!(self, Enqueued::Replaced(_))
-    }
-
-    /// The task's payload as `T`: what was stored, which on a hit is the holder's
-    /// payload, not this call's.
-    ///
-    /// # Errors
-    /// As [`decode`](crate::decode).
-    pub fn decode<T: Task>(&self) -> Result<T, DedupError> {
-        crate::values::typed::decode(self.task())
-    }
-
-    /// `created`, `existing` or `replaced`: the label of metrics and traces.
-    pub(crate) fn outcome_name(&self) -> &'static str {
-        match self {
-            Enqueued::Created(_) => "created",
-            Enqueued::Existing(_) => "existing",
-            Enqueued::Replaced(_) => "replaced",
-        }
-    }
-}
+use crate::{metrics, notify};
 
 /// Atomic find-or-enqueue, on a pool or inside the caller's transaction.
 ///
@@ -357,7 +307,7 @@ impl<C: DedupConnection> TaskDedup for C {
         let tasks: Vec<NewTask> = tasks.into_iter().collect();
         tracing::Span::current().record("tasks", tasks.len());
         let budget = tasks.iter().filter_map(|task| task.retry_budget).min();
-        let outcomes = crate::bulk::find_or_enqueue_many(self, budget, tasks).await?;
+        let outcomes = bulk::find_or_enqueue_many(self, budget, tasks).await?;
         let created = outcomes.iter().filter(|o| o.is_created()).count() as u64;
         let replaced = outcomes.iter().filter(|o| o.is_replaced()).count() as u64;
         metrics::enqueued("created", created);

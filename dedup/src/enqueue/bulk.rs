@@ -8,8 +8,8 @@ use std::time::Duration;
 use sea_orm::DbErr;
 use uuid::Uuid;
 
+use super::outcome::Enqueued;
 use crate::dialect::Failure;
-use crate::enqueue::Enqueued;
 use crate::executor::Executor;
 use crate::retry::{MAX_ENQUEUE_ATTEMPTS, Retrying};
 use crate::task_run::{self, TaskStatus};
@@ -58,7 +58,7 @@ pub(crate) async fn find_or_enqueue_many<C: DedupConnection>(
         })?;
     }
     let mut exec = Executor::new(db.target())?;
-    crate::guard::ensure(db, budget, &mut exec).await?;
+    super::guard::ensure(db, budget, &mut exec).await?;
     let chunk_size = exec.dialect().bulk().chunk;
     let count = tasks.len();
     let now = task_run::now();
