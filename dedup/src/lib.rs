@@ -151,7 +151,6 @@ mod metrics;
 mod notify;
 mod pause;
 mod retention;
-mod retry;
 #[cfg(feature = "worker")]
 mod schedule;
 #[cfg(feature = "testing")]
@@ -166,6 +165,7 @@ pub use admin::{
     MAX_COUNT_LIMIT, MinuteCounts, OldestQueued, Order, Page, StatusCount, TaskAdmin, TaskFilter,
     Throughput,
 };
+pub use connect::retry::MAX_ENQUEUE_ATTEMPTS;
 pub use connect::{
     DEFAULT_MAX_CONNECTIONS, PoolerMode, SQLITE_BUSY_TIMEOUT, connect, connect_with,
     connect_with_pooler,
@@ -175,7 +175,6 @@ pub use enqueue::outcome::Enqueued;
 pub use lifecycle::{ReapReport, TaskWorker};
 pub use pause::PausedType;
 pub use retention::{MAX_PRUNE_BATCH, PruneReport, Retention};
-pub use retry::MAX_ENQUEUE_ATTEMPTS;
 pub use task_dedup_entity::{TaskStatus, task_run};
 pub use values::backoff::{Retry, RetryPolicy};
 pub use values::connection::{DEFAULT_RETRY_BUDGET, DedupConnection, WithRetryBudget};

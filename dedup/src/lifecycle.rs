@@ -13,13 +13,13 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use crate::TaskStatus;
+use crate::connect::retry::Retrying;
 use crate::dialect::{Claim, Failure};
 /// A worker's batch of endings of one shape, as [`end_many`] takes it.
 pub(crate) use crate::executor::EndMany;
 use crate::executor::{Change, Executor};
 use crate::pause::PausedType;
 use crate::retention::{PruneReport, Retention};
-use crate::retry::Retrying;
 use crate::task_run;
 use crate::values::backoff::{Retry, RetryPolicy};
 use crate::values::connection::DedupConnection;

@@ -5,8 +5,8 @@
 
 use chrono::{DateTime, Utc};
 
+use crate::connect::retry::Retrying;
 use crate::executor::Executor;
-use crate::retry::Retrying;
 use crate::task_run::TASK_TYPE_MAX_CHARS;
 use crate::values::connection::DedupConnection;
 use crate::values::error::DedupError;

@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use crate::TaskStatus;
+use crate::connect::retry::Retrying;
 use crate::executor::Executor;
-use crate::retry::Retrying;
 use crate::values::connection::DedupConnection;
 use crate::values::error::DedupError;
 use crate::values::validate::{self, InvalidArgument};

@@ -3,8 +3,8 @@
 
 use uuid::Uuid;
 
+use crate::connect::retry::MAX_ENQUEUE_ATTEMPTS;
 use crate::executor::{Change, Executor, args};
-use crate::retry::MAX_ENQUEUE_ATTEMPTS;
 use crate::task_run;
 use crate::values::error::{DedupError, Transition};
 

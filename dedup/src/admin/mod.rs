@@ -23,9 +23,9 @@ pub use self::filter::{
 };
 pub use self::stats::{MinuteCounts, OldestQueued, StatusCount, Throughput};
 use crate::TaskStatus;
+use crate::connect::retry::Retrying;
 use crate::executor::Executor;
 use crate::lifecycle::TaskWorker;
-use crate::retry::Retrying;
 use crate::task_run;
 use crate::values::connection::DedupConnection;
 use crate::values::error::DedupError;

@@ -9,9 +9,9 @@ use sea_orm::DbErr;
 use uuid::Uuid;
 
 use super::outcome::Enqueued;
+use crate::connect::retry::{MAX_ENQUEUE_ATTEMPTS, Retrying};
 use crate::dialect::Failure;
 use crate::executor::Executor;
-use crate::retry::{MAX_ENQUEUE_ATTEMPTS, Retrying};
 use crate::task_run::{self, TaskStatus};
 use crate::values::connection::DedupConnection;
 use crate::values::error::DedupError;

@@ -11,9 +11,9 @@ use std::collections::HashSet;
 use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
+use crate::connect::retry::Retrying;
 use crate::dialect::{Dialect, Guarded};
 use crate::executor::Executor;
-use crate::retry::Retrying;
 use crate::values::connection::DedupConnection;
 use crate::values::error::DedupError;
 

@@ -14,8 +14,8 @@ use uuid::Uuid;
 
 use self::hot_keys::Hot;
 use self::outcome::Enqueued;
+use crate::connect::retry::{MAX_ENQUEUE_ATTEMPTS, Retrying};
 use crate::executor::{Executor, Inserted};
-use crate::retry::{MAX_ENQUEUE_ATTEMPTS, Retrying};
 use crate::task_run;
 use crate::values::connection::{DedupConnection, WithRetryBudget};
 use crate::values::error::DedupError;

@@ -14,6 +14,7 @@ mod conn;
 mod literal;
 #[cfg(feature = "mysql")]
 mod mysql;
+pub(crate) mod pooler;
 mod row;
 
 use std::borrow::Cow;
@@ -193,7 +194,7 @@ impl<'c> Executor<'c> {
         let dialect = Dialect::of(backend)?;
         #[cfg(feature = "postgres")]
         let unprepared = dialect == Dialect::Postgres
-            && crate::connect::unprepared(|| match conn {
+            && pooler::unprepared(|| match conn {
                 Conn::Pool(pool) => Some(pool.identity()),
                 _ => None,
             });

@@ -1,4 +1,8 @@
-//! [`connect`]: a pool with the per-dialect settings the guarantees depend on.
+//! Reaching the database: [`connect`] opens a pool with the per-dialect settings the
+//! guarantees depend on, and [`retry`] is the one driver that decides whether an attempt
+//! lost with its connection (or to a deadlock) runs again.
+
+pub(crate) mod retry;
 
 use std::time::Duration;
 
@@ -114,32 +118,6 @@ pub enum PoolerMode {
     NoPreparedStatements,
 }
 
-/// The endpoints (host, port, database: [`Pool::identity`](crate::executor::Pool))
-/// whose pools run in [`PoolerMode::NoPreparedStatements`].
-#[cfg(feature = "postgres")]
-static UNPREPARED: std::sync::RwLock<Vec<u64>> = std::sync::RwLock::new(Vec::new());
-
-/// Whether [`UNPREPARED`] ever held an endpoint: while not, nothing else is read.
-#[cfg(feature = "postgres")]
-static ANY_UNPREPARED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Whether statements on a PostgreSQL pool of endpoint `identity` (`None`: in the
-/// caller's transaction, which does not tell its pool) are sent without named prepared
-/// statements. In a transaction: once any pool of the process uses the mode, since the
-/// mode works on every connection and a wrong guess the other way fails.
-#[cfg(feature = "postgres")]
-pub(crate) fn unprepared(identity: impl FnOnce() -> Option<u64>) -> bool {
-    if !ANY_UNPREPARED.load(std::sync::atomic::Ordering::Relaxed) {
-        return false;
-    }
-    let Some(identity) = identity() else {
-        return true;
-    };
-    UNPREPARED
-        .read()
-        .map_or(true, |endpoints| endpoints.contains(&identity))
-}
-
 /// Connects as [`connect_with`] does, and sends task-dedup's statements on every pool of
 /// the same endpoint (host, port and database) as `mode` says: what a pooler without
 /// named prepared statements needs ([`PoolerMode::NoPreparedStatements`]).
@@ -170,19 +148,7 @@ pub async fn connect_with_pooler(
     mode: PoolerMode,
 ) -> Result<DatabaseConnection, DedupError> {
     let db = connect_with(options).await?;
-    #[cfg(feature = "postgres")]
-    if let Some(pool @ crate::executor::Pool::Postgres(_)) = crate::executor::Pool::of(&db) {
-        let identity = pool.identity();
-        if let Ok(mut endpoints) = UNPREPARED.write() {
-            endpoints.retain(|&e| e != identity);
-            if mode == PoolerMode::NoPreparedStatements {
-                endpoints.push(identity);
-                ANY_UNPREPARED.store(true, std::sync::atomic::Ordering::Relaxed);
-            }
-        }
-    }
-    #[cfg(not(feature = "postgres"))]
-    let _ = mode;
+    crate::executor::pooler::register(&db, mode == PoolerMode::NoPreparedStatements);
     Ok(db)
 }
 
