@@ -148,7 +148,6 @@ mod enqueue;
 mod executor;
 mod lifecycle;
 mod metrics;
-mod notify;
 mod pause;
 mod retention;
 #[cfg(feature = "worker")]

@@ -372,7 +372,7 @@ impl<C: DedupConnection> TaskWorker for C {
         };
         let task = retried(self, id, Op::Plain(Transition::Complete, guard, change)).await?;
         crate::metrics::finished("completed");
-        crate::notify::run_ended(&mut Executor::new(self.target())?).await?;
+        crate::executor::notify::run_ended(&mut Executor::new(self.target())?).await?;
         Ok(task)
     }
 
@@ -402,7 +402,7 @@ impl<C: DedupConnection> TaskWorker for C {
             crate::metrics::finished("failed");
         }
         // A retry due at once is due; either way the key's run is free.
-        crate::notify::run_ended(&mut Executor::new(self.target())?).await?;
+        crate::executor::notify::run_ended(&mut Executor::new(self.target())?).await?;
         Ok(task)
     }
 
@@ -419,7 +419,7 @@ impl<C: DedupConnection> TaskWorker for C {
         crate::metrics::finished("cancelled");
         if task.started_at.is_some() {
             // It may have been running: its key's run is free.
-            crate::notify::run_ended(&mut Executor::new(self.target())?).await?;
+            crate::executor::notify::run_ended(&mut Executor::new(self.target())?).await?;
         }
         Ok(task)
     }
@@ -430,7 +430,7 @@ impl<C: DedupConnection> TaskWorker for C {
         let task = retried(self, id, Op::Release { worker_id }).await?;
         if task.status == TaskStatus::Queued {
             crate::metrics::finished("released");
-            crate::notify::task_due(&mut Executor::new(self.target())?).await?;
+            crate::executor::notify::task_due(&mut Executor::new(self.target())?).await?;
         } else {
             crate::metrics::finished("cancelled");
         }
@@ -466,7 +466,7 @@ impl<C: DedupConnection> TaskWorker for C {
         crate::metrics::reaped(report.requeued, report.failed);
         if report != ReapReport::default() {
             // Requeued tasks are due, and the keys' runs are free for their follow-ups.
-            crate::notify::run_ended(&mut exec).await?;
+            crate::executor::notify::run_ended(&mut exec).await?;
         }
         if report != ReapReport::default() {
             tracing::info!(
@@ -854,11 +854,11 @@ pub(crate) async fn end_many<C: DedupConnection>(
     // Each recorded ending freed its key's run: a follow-up waiting for it is due now,
     // and so is a retry due at once.
     if recorded > 0
-        && let Err(err) = crate::notify::run_ended(&mut exec).await
+        && let Err(err) = crate::executor::notify::run_ended(&mut exec).await
     {
         // The endings are recorded; a worker that missed the wake-up claims the
         // follow-ups at its next poll.
-        tracing::warn!(error = %err, "could not wake workers for tasks due now");
+        tracing::warn!(error = %err.err, "could not wake workers for tasks due now");
     }
     Ok(EndedMany::Each(each))
 }

@@ -69,7 +69,7 @@ pub(crate) async fn set<C: DedupConnection + ?Sized>(
             "task type paused or resumed"
         );
         if let Action::Resume = action {
-            crate::notify::task_due(&mut exec).await?;
+            crate::executor::notify::task_due(&mut exec).await?;
         }
     }
     Ok(changed)

@@ -332,7 +332,7 @@ impl<C: DedupConnection> TaskAdmin for C {
     #[tracing::instrument(level = "debug", skip_all, fields(task_id = %id))]
     async fn retry_task(&self, id: Uuid) -> Result<task_run::Model, DedupError> {
         let task = retried!(self, "retry", |exec| actions::retry(&mut exec, id).await)?;
-        crate::notify::task_due(&mut Executor::new(self.target())?).await?;
+        crate::executor::notify::task_due(&mut Executor::new(self.target())?).await?;
         Ok(task)
     }
 
@@ -375,7 +375,7 @@ impl<C: DedupConnection> TaskAdmin for C {
             }
         }
         if outcome.applied > 0 {
-            crate::notify::task_due(&mut Executor::new(self.target())?).await?;
+            crate::executor::notify::task_due(&mut Executor::new(self.target())?).await?;
         }
         Ok(outcome)
     }
@@ -395,7 +395,7 @@ impl<C: DedupConnection> TaskAdmin for C {
             .await?))?;
         if applied > 0 {
             // Running tasks among them freed their keys' runs.
-            crate::notify::run_ended(&mut Executor::new(self.target())?).await?;
+            crate::executor::notify::run_ended(&mut Executor::new(self.target())?).await?;
         }
         Ok(bulk_outcome(ids.len(), applied))
     }

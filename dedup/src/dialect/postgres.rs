@@ -289,7 +289,7 @@ macro_rules! channel {
 pub(crate) const CHANNEL: &str = channel!();
 
 /// Wakes the workers that LISTEN on [`CHANNEL`] (sent at most once per debounce
-/// interval; see `crate::notify`).
+/// interval; see `crate::executor::notify`).
 pub(crate) const NOTIFY: &str = concat!("SELECT pg_notify('", channel!(), "', '')");
 
 /// A worker's check that its listener's connection is a session of its own, from the

@@ -14,6 +14,7 @@ mod conn;
 mod literal;
 #[cfg(feature = "mysql")]
 mod mysql;
+pub(crate) mod notify;
 pub(crate) mod pooler;
 mod row;
 

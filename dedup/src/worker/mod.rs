@@ -398,7 +398,7 @@ impl Worker {
                     Some(bell) => { bell.await; Some(()) }
                     None => None,
                 } } => {
-                    trailing = Some(Instant::now() + crate::notify::NOTIFY_DEBOUNCE);
+                    trailing = Some(Instant::now() + crate::executor::notify::NOTIFY_DEBOUNCE);
                 }
             }
         }

@@ -1,6 +1,6 @@
 //! How a waiting [`Worker`](super::Worker) learns that there is work: PostgreSQL
 //! LISTEN/NOTIFY, an in-process doorbell on SQLite, or polling. The sending side is
-//! [`crate::notify`].
+//! [`crate::executor::notify`].
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -112,7 +112,7 @@ impl Waker {
             #[cfg(feature = "sqlite")]
             Some(Pool::Sqlite(pool)) => {
                 let options = pool.connect_options();
-                let bell = crate::notify::doorbell(options.get_filename());
+                let bell = crate::executor::notify::doorbell(options.get_filename());
                 if !sqlite_in_memory(&options) {
                     let options = (*options).clone();
                     let watching = hears_every_write.clone();

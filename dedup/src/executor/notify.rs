@@ -18,10 +18,10 @@
 #[cfg(any(feature = "postgres", feature = "worker"))]
 use std::time::Duration;
 
+use super::Executor;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 use crate::dialect::Dialect;
-use crate::executor::Executor;
-use crate::values::error::DedupError;
+use crate::dialect::Failure;
 
 /// The shortest time between two notifications for one database from this process.
 #[cfg(any(feature = "postgres", feature = "worker"))]
@@ -35,7 +35,7 @@ pub(crate) const NOTIFY_DEBOUNCE: Duration = Duration::from_millis(10);
 /// Only inside a PostgreSQL transaction, when the notification failed: the transaction
 /// is aborted then, and with it the write. Outside one a failed notification is logged
 /// and the task waits for the workers' poll.
-pub(crate) async fn task_due(exec: &mut Executor<'_>) -> Result<(), DedupError> {
+pub(crate) async fn task_due(exec: &mut Executor<'_>) -> Result<(), Failure> {
     match exec.dialect() {
         #[cfg(feature = "postgres")]
         Dialect::Postgres => postgres::notify(exec).await,
@@ -59,7 +59,7 @@ pub(crate) async fn task_due(exec: &mut Executor<'_>) -> Result<(), DedupError> 
 ///
 /// # Errors
 /// As [`task_due`].
-pub(crate) async fn run_ended(exec: &mut Executor<'_>) -> Result<(), DedupError> {
+pub(crate) async fn run_ended(exec: &mut Executor<'_>) -> Result<(), Failure> {
     task_due(exec).await
 }
 
@@ -70,14 +70,14 @@ mod postgres {
     use std::time::Instant;
 
     use super::NOTIFY_DEBOUNCE;
+    use crate::dialect::Failure;
     use crate::executor::{Executor, Pool};
-    use crate::values::error::DedupError;
 
     /// When this process last notified each database (by [`database_key`]).
     static LAST_NOTIFIED: LazyLock<Mutex<HashMap<u64, Instant>>> =
         LazyLock::new(|| Mutex::new(HashMap::new()));
 
-    pub(super) async fn notify(exec: &mut Executor<'_>) -> Result<(), DedupError> {
+    pub(super) async fn notify(exec: &mut Executor<'_>) -> Result<(), Failure> {
         if !due(database_key(exec.pool())) {
             return Ok(());
         }
@@ -85,7 +85,7 @@ mod postgres {
         // otherwise sit in every enqueue's future.
         match Box::pin(exec.notify()).await {
             Ok(()) => Ok(()),
-            Err(failure) if exec.in_transaction() => Err(failure.into()),
+            Err(failure) if exec.in_transaction() => Err(failure),
             Err(failure) => {
                 tracing::debug!(error = %failure.err, "wake-up notification failed; workers will poll");
                 Ok(())
