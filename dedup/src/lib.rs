@@ -147,11 +147,8 @@ mod dialect;
 mod enqueue;
 mod executor;
 mod lifecycle;
+mod maintenance;
 mod metrics;
-mod pause;
-mod retention;
-#[cfg(feature = "worker")]
-mod schedule;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
@@ -172,8 +169,8 @@ pub use connect::{
 pub use enqueue::TaskDedup;
 pub use enqueue::outcome::Enqueued;
 pub use lifecycle::{ReapReport, TaskWorker};
-pub use pause::PausedType;
-pub use retention::{MAX_PRUNE_BATCH, PruneReport, Retention};
+pub use maintenance::pause::PausedType;
+pub use maintenance::retention::{MAX_PRUNE_BATCH, PruneReport, Retention};
 pub use task_dedup_entity::{TaskStatus, task_run};
 pub use values::backoff::{Retry, RetryPolicy};
 pub use values::connection::{DEFAULT_RETRY_BUDGET, DedupConnection, WithRetryBudget};
@@ -203,7 +200,7 @@ pub use task_dedup_migration as migration;
 pub use chrono_tz;
 #[cfg(feature = "worker")]
 #[cfg_attr(docsrs, doc(cfg(feature = "worker")))]
-pub use schedule::{MAX_CATCH_UP, Schedule, Zone};
+pub use maintenance::schedule::{MAX_CATCH_UP, Schedule, Zone};
 /// tokio-util's cancellation token, which [`Worker::run`] and [`Handler`]s take: here so
 /// that an application needs no `tokio-util` dependency of its own.
 #[cfg(feature = "worker")]

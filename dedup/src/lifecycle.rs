@@ -18,8 +18,8 @@ use crate::dialect::{Claim, Failure};
 /// A worker's batch of endings of one shape, as [`end_many`] takes it.
 pub(crate) use crate::executor::EndMany;
 use crate::executor::{Change, Executor};
-use crate::pause::PausedType;
-use crate::retention::{PruneReport, Retention};
+use crate::maintenance::pause::PausedType;
+use crate::maintenance::retention::{PruneReport, Retention};
 use crate::task_run;
 use crate::values::backoff::{Retry, RetryPolicy};
 use crate::values::connection::DedupConnection;
@@ -488,27 +488,31 @@ impl<C: DedupConnection> TaskWorker for C {
             )
             .into());
         }
-        Ok(crate::retention::prune(self, &retention).await?.total())
+        Ok(crate::maintenance::retention::prune(self, &retention)
+            .await?
+            .total())
     }
 
     #[tracing::instrument(level = "debug", name = "prune", skip_all)]
     async fn prune(&self, retention: &Retention) -> Result<PruneReport, DedupError> {
-        crate::retention::prune(self, retention).await
+        crate::maintenance::retention::prune(self, retention).await
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(task_type = %task_type))]
     async fn pause(&self, task_type: &str) -> Result<bool, DedupError> {
-        crate::pause::set(self, task_type, crate::pause::Action::Pause).await
+        crate::maintenance::pause::set(self, task_type, crate::maintenance::pause::Action::Pause)
+            .await
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(task_type = %task_type))]
     async fn resume(&self, task_type: &str) -> Result<bool, DedupError> {
-        crate::pause::set(self, task_type, crate::pause::Action::Resume).await
+        crate::maintenance::pause::set(self, task_type, crate::maintenance::pause::Action::Resume)
+            .await
     }
 
     #[tracing::instrument(level = "debug", skip_all)]
     async fn paused(&self) -> Result<Vec<PausedType>, DedupError> {
-        crate::pause::list(self).await
+        crate::maintenance::pause::list(self).await
     }
 }
 

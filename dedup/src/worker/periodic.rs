@@ -20,8 +20,8 @@ use tracing::Instrument;
 
 use super::{Shared, add};
 use crate::enqueue::TaskDedup;
+use crate::maintenance::schedule::{Schedule, Ticks};
 use crate::metrics;
-use crate::schedule::{Schedule, Ticks};
 use crate::values::error::DedupError;
 use crate::values::task::{NewTask, OnConflict};
 use crate::values::typed::Task;
