@@ -141,7 +141,6 @@ compile_error!(
 );
 
 mod admin;
-mod claim_mode;
 mod connect;
 mod dialect;
 mod enqueue;

@@ -5,7 +5,7 @@
 //! batch delay, and everything left at shutdown.
 //!
 //! Nothing is weakened by the wait: each row is still a compare-and-set on status and
-//! lease owner ([`lifecycle::end_many`]), so an ending whose task was taken over in the
+//! lease owner ([`endings::end_many`]), so an ending whose task was taken over in the
 //! meantime is not applied and is counted lost. A batch lost with its connection is run
 //! again by the retry driver (rows it had already ended are found ended by this worker),
 //! and a worker that dies with endings unrecorded leaves its tasks running under leases
@@ -25,7 +25,8 @@ use uuid::Uuid;
 use super::Shared;
 use super::record::{Recorded, counted};
 use crate::TaskStatus;
-use crate::lifecycle::{self, EndMany, EndedMany, TaskWorker};
+use crate::lifecycle::TaskWorker;
+use crate::lifecycle::endings::{self, EndMany, EndedMany};
 use crate::values::backoff::Retry;
 
 /// How a task's run ended, to be recorded.
@@ -145,8 +146,7 @@ impl Batch {
                 })
                 .collect();
             let ended =
-                lifecycle::end_many(&shared.db(), &shared.config.id, EndMany::Complete(&rows))
-                    .await;
+                endings::end_many(&shared.db(), &shared.config.id, EndMany::Complete(&rows)).await;
             settle(shared, &complete, ended, Recorded::Completed).await;
         }
         if !fail.is_empty() {
@@ -158,7 +158,7 @@ impl Batch {
                 })
                 .collect();
             let ended =
-                lifecycle::end_many(&shared.db(), &shared.config.id, EndMany::Fail(&rows)).await;
+                endings::end_many(&shared.db(), &shared.config.id, EndMany::Fail(&rows)).await;
             settle(shared, &fail, ended, Recorded::Failed).await;
         }
         if !retry.is_empty() {
@@ -174,7 +174,7 @@ impl Batch {
                 })
                 .collect();
             let ended =
-                lifecycle::end_many(&shared.db(), &shared.config.id, EndMany::Retry(&rows)).await;
+                endings::end_many(&shared.db(), &shared.config.id, EndMany::Retry(&rows)).await;
             settle(shared, &retry, ended, Recorded::Retried).await;
         }
         // The runs just recorded ended: a follow-up of their keys may be due now. The
