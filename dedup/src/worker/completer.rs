@@ -20,36 +20,13 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 use super::Shared;
-use super::record::{Recorded, counted};
+use super::outcome::{End, Ending, Recorded, counted};
 use crate::TaskStatus;
 use crate::lifecycle::TaskWorker;
 use crate::lifecycle::endings::{self, EndMany, EndedMany};
 use crate::values::backoff::Retry;
-
-/// How a task's run ended, to be recorded.
-pub(super) struct Ending {
-    pub id: Uuid,
-    pub end: End,
-    /// When the task started: its claim-to-finish time runs to the recording.
-    pub started: std::time::Instant,
-}
-
-/// What an [`Ending`] records (values already validated).
-pub(super) enum End {
-    /// running → succeeded with the handler's result.
-    Complete(Option<serde_json::Value>),
-    /// running → failed for good with this error.
-    Fail(String),
-    /// running → queued after `delay` (`delay_micros` as bound), with this error.
-    Retry {
-        error: String,
-        delay: Duration,
-        delay_micros: i64,
-    },
-}
 
 /// The queue tasks hand their endings to: one batch long.
 pub(super) fn queue(size: usize) -> (mpsc::Sender<Ending>, mpsc::Receiver<Ending>) {

@@ -9,25 +9,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::handler::HandlerError;
 use super::job::Lease;
+use super::outcome::Ended;
 use super::route::RunContext;
 use super::{Shared, record};
 use crate::lifecycle::TaskWorker;
 use crate::task_run;
 use crate::values::error::DedupError;
-
-/// How a task's run ended, before it is recorded.
-pub(super) enum Ended {
-    /// The handler returned.
-    Returned(Result<Option<serde_json::Value>, HandlerError>),
-    /// The handler panicked.
-    Panicked(String),
-    /// The task was taken away (the heartbeat found it cancelled or held by another
-    /// worker): the result is discarded.
-    Lost,
-    /// The shutdown grace ran out, or the handler outlived its cancel grace and was
-    /// dropped.
-    Aborted,
-}
 
 /// Runs one claimed task, then records how it ended.
 #[tracing::instrument(level = "debug", name = "task", skip_all, fields(task_id = %task.id, task_type = %task.task_type, attempt = task.attempts))]

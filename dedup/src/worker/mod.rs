@@ -11,6 +11,7 @@ pub(crate) mod drain;
 mod execute;
 mod handler;
 mod job;
+mod outcome;
 mod periodic;
 mod record;
 mod route;
@@ -213,7 +214,7 @@ struct Shared {
     /// Rung when a retry is added to `retries_due`.
     retry_scheduled: Notify,
     /// Where finished tasks hand their endings to the completer.
-    endings: tokio::sync::mpsc::Sender<completer::Ending>,
+    endings: tokio::sync::mpsc::Sender<outcome::Ending>,
 }
 
 impl Shared {

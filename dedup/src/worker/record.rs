@@ -6,37 +6,13 @@ use std::time::Instant;
 
 use uuid::Uuid;
 
-use super::completer::{End, Ending};
-use super::execute::Ended;
 use super::handler::HandlerError;
+use super::outcome::{End, Ended, Ending, Recorded, counted};
 use super::{Shared, add};
 use crate::lifecycle::TaskWorker;
+use crate::task_run;
 use crate::values::backoff::{Retry, RetryPolicy};
 use crate::values::validate;
-use crate::{metrics, task_run};
-
-/// What became of a task, once recorded.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Recorded {
-    Completed,
-    Retried,
-    Failed,
-    Released,
-    Lost,
-}
-
-impl Recorded {
-    /// The outcome's name, for metrics and traces.
-    fn name(self) -> &'static str {
-        match self {
-            Recorded::Completed => "completed",
-            Recorded::Retried => "retried",
-            Recorded::Failed => "failed",
-            Recorded::Released => "released",
-            Recorded::Lost => "lost",
-        }
-    }
-}
 
 /// Records how task `id` (claimed for attempt number `attempts`, started at `started`)
 /// ended: a release or a loss at once, anything else through the completer. Returns once
@@ -88,23 +64,6 @@ pub(super) async fn record(
         );
         counted(shared, id, Recorded::Lost, unsent.0.started);
     }
-}
-
-/// Counts task `id`'s outcome in the report and the metrics.
-pub(super) fn counted(shared: &Shared, id: Uuid, recorded: Recorded, started: Instant) {
-    let counters = &shared.counters;
-    add(
-        match recorded {
-            Recorded::Completed => &counters.completed,
-            Recorded::Retried => &counters.retried,
-            Recorded::Failed => &counters.failed,
-            Recorded::Released => &counters.released,
-            Recorded::Lost => &counters.lost,
-        },
-        1,
-    );
-    tracing::debug!(task_id = %id, outcome = recorded.name(), "task ended");
-    metrics::handled(recorded.name(), started.elapsed());
 }
 
 /// A failed attempt: back to the queue after the backoff of `retry` (the task type's,
