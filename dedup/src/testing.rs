@@ -36,11 +36,11 @@ use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder,
 };
 
-use crate::task_run::{self, TaskStatus};
 use crate::values::error::DedupError;
 use crate::values::typed::{self, Task};
 use crate::worker::Worker;
 pub use crate::worker::drain::Drained;
+use task_dedup_entity::task_run::{self, TaskStatus};
 
 /// An in-memory SQLite database (one connection, which is the whole database) with
 /// task-dedup's migrations applied.

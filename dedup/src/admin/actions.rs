@@ -5,8 +5,8 @@ use uuid::Uuid;
 
 use crate::connect::retry::MAX_ENQUEUE_ATTEMPTS;
 use crate::executor::{Change, Executor, args};
-use crate::task_run;
 use crate::values::error::{DedupError, Transition};
+use task_dedup_entity::task_run;
 
 /// failed or cancelled → queued, in a savepoint (PostgreSQL: a unique violation must not
 /// abort the caller's transaction) or a short transaction of its own. When the unique
@@ -48,8 +48,14 @@ pub(super) async fn retry(
     }
     // Holders kept letting go of the key between the refusal and the read.
     let key = task.map_or_else(
-        || crate::TaskKey::from_trusted_parts("", "", ""),
-        |t| crate::TaskKey::from_trusted_parts(&t.user_id, &t.task_type, &t.resource_key),
+        || crate::values::key::TaskKey::from_trusted_parts("", "", ""),
+        |t| {
+            crate::values::key::TaskKey::from_trusted_parts(
+                &t.user_id,
+                &t.task_type,
+                &t.resource_key,
+            )
+        },
     );
     Err(DedupError::Contention {
         key,

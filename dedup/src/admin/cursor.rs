@@ -7,9 +7,9 @@ use std::str::FromStr;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::task_run;
 use crate::values::error::DedupError;
 use crate::values::validate::{InvalidArgument, InvalidReason};
+use task_dedup_entity::task_run;
 
 /// A position in a list of tasks: the `(created_at, id)` of the last task of a page.
 /// The next page is the tasks beyond it in the list's order, read from the index

@@ -4,10 +4,12 @@
 use chrono::{DateTime, Utc};
 
 use super::Cursor;
-use crate::TaskStatus;
 use crate::executor::ListArgs;
-use crate::task_run::{self, RESOURCE_KEY_MAX_CHARS, TASK_TYPE_MAX_CHARS, USER_ID_MAX_CHARS};
 use crate::values::validate::{self, InvalidArgument};
+use task_dedup_entity::TaskStatus;
+use task_dedup_entity::task_run::{
+    self, RESOURCE_KEY_MAX_CHARS, TASK_TYPE_MAX_CHARS, USER_ID_MAX_CHARS,
+};
 
 /// The most tasks one page holds, and one bulk action touches.
 pub const MAX_ADMIN_BATCH: usize = 1_000;

@@ -22,13 +22,13 @@ pub use self::filter::{
     TaskFilter,
 };
 pub use self::stats::{MinuteCounts, OldestQueued, StatusCount, Throughput};
-use crate::TaskStatus;
 use crate::connect::retry::Retrying;
 use crate::executor::Executor;
 use crate::lifecycle::TaskWorker;
-use crate::task_run;
 use crate::values::connection::DedupConnection;
 use crate::values::error::DedupError;
+use task_dedup_entity::TaskStatus;
+use task_dedup_entity::task_run;
 
 /// What a bulk action ([`TaskAdmin::retry_tasks`], [`cancel_tasks`](TaskAdmin::cancel_tasks),
 /// [`delete_tasks`](TaskAdmin::delete_tasks)) did, task by task.

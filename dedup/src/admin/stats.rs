@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::TaskStatus;
+use task_dedup_entity::TaskStatus;
 
 /// How many tasks of a type are in a status ([`TaskAdmin::counts`](crate::TaskAdmin::counts)).
 #[derive(Debug, Clone, PartialEq, Eq)]

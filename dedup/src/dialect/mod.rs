@@ -454,7 +454,7 @@ mod tests {
     use sea_orm::Iterable;
 
     use super::*;
-    use crate::task_run;
+    use task_dedup_entity::task_run;
 
     /// Each backend is supported exactly when its feature is on; otherwise the error says
     /// which feature to enable. CI also runs this in single-feature builds.

@@ -12,11 +12,11 @@ use super::outcome::Enqueued;
 use crate::connect::retry::{MAX_ENQUEUE_ATTEMPTS, Retrying};
 use crate::dialect::Failure;
 use crate::executor::Executor;
-use crate::task_run::{self, TaskStatus};
 use crate::values::connection::DedupConnection;
 use crate::values::error::DedupError;
 use crate::values::key::TaskKey;
 use crate::values::task::{NewTask, OnConflict};
+use task_dedup_entity::task_run::{self, TaskStatus};
 
 /// One task of a batch, with the index of its input.
 struct Item {

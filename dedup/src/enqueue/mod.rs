@@ -18,12 +18,12 @@ use crate::connect::retry::{MAX_ENQUEUE_ATTEMPTS, Retrying};
 use crate::executor::notify;
 use crate::executor::{Executor, Inserted};
 use crate::metrics;
-use crate::task_run;
 use crate::values::connection::{DedupConnection, WithRetryBudget};
 use crate::values::error::DedupError;
 use crate::values::key::TaskKey;
 use crate::values::task::{NewTask, OnConflict, Scope};
 use crate::values::typed::Task;
+use task_dedup_entity::task_run;
 
 /// Atomic find-or-enqueue, on a pool or inside the caller's transaction.
 ///

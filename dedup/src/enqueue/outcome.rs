@@ -1,8 +1,8 @@
 //! [`Enqueued`]: what a call to [`find_or_enqueue`](crate::TaskDedup::find_or_enqueue) did.
 
-use crate::task_run;
 use crate::values::error::DedupError;
 use crate::values::typed::Task;
+use task_dedup_entity::task_run;
 
 /// What [`TaskDedup::find_or_enqueue`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]

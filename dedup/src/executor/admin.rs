@@ -7,7 +7,7 @@ use uuid::Uuid;
 use super::Executor;
 use super::args::{self, Arg};
 use crate::dialect::{Dialect, Failure, ListShape, admin};
-use crate::task_run;
+use task_dedup_entity::task_run;
 
 type Time = chrono::DateTime<chrono::Utc>;
 

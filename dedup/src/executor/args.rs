@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::EndMany;
 use crate::dialect::Dialect;
-use crate::task_run;
+use task_dedup_entity::task_run;
 
 type Time = chrono::DateTime<chrono::Utc>;
 

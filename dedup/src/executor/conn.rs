@@ -21,7 +21,7 @@ use sea_orm::{
 
 use super::args::{self, Arg};
 use super::row::TaskRow;
-use crate::task_run;
+use task_dedup_entity::task_run;
 
 /// The sqlx pool behind a SeaORM pool.
 #[derive(Clone, Copy)]

@@ -32,8 +32,8 @@ use self::row::TaskRow;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 use crate::dialect::Returning;
 use crate::dialect::{Claim, Dialect, Failure, Guarded, Statements};
-use crate::task_run;
 use crate::values::connection::Target;
+use task_dedup_entity::task_run;
 
 /// Runs task-dedup's statements on one connection: a pool, the caller's transaction, or
 /// a transaction of the executor's own ([`Executor::begin`]).
@@ -124,11 +124,11 @@ impl EndMany<'_> {
 
     /// The status each task is left in.
     #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
-    pub(crate) fn status(self) -> crate::TaskStatus {
+    pub(crate) fn status(self) -> task_dedup_entity::TaskStatus {
         match self {
-            EndMany::Complete(_) => crate::TaskStatus::Succeeded,
-            EndMany::Fail(_) => crate::TaskStatus::Failed,
-            EndMany::Retry(_) => crate::TaskStatus::Queued,
+            EndMany::Complete(_) => task_dedup_entity::TaskStatus::Succeeded,
+            EndMany::Fail(_) => task_dedup_entity::TaskStatus::Failed,
+            EndMany::Retry(_) => task_dedup_entity::TaskStatus::Queued,
         }
     }
 }

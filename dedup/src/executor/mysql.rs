@@ -13,7 +13,7 @@ use crate::dialect::mysql::{
     ended_by, optimistic_claim_types,
 };
 use crate::dialect::{Claim, Failure};
-use crate::task_run;
+use task_dedup_entity::task_run;
 
 /// A plain INSERT; the duplicate-key error on our index means "held" (and with
 /// `replace`, the queued holder takes the new values).

@@ -13,7 +13,7 @@
 use sea_orm::sqlx;
 use sea_orm::{DbErr, FromQueryResult, QueryResult};
 
-use crate::task_run;
+use task_dedup_entity::task_run;
 
 /// A row of [`columns!`](crate::dialect), read into a task.
 pub(crate) trait TaskRow {
@@ -46,7 +46,7 @@ impl TaskRow for sqlx::postgres::PgRow {
             user_id: get(row, "user_id")?,
             task_type: get(row, "task_type")?,
             resource_key: get(row, "resource_key")?,
-            status: crate::TaskStatus::try_from_value(&get(row, "status")?)?,
+            status: task_dedup_entity::TaskStatus::try_from_value(&get(row, "status")?)?,
             payload: get(row, "payload")?,
             result: get(row, "result")?,
             error: get(row, "error")?,

@@ -8,10 +8,10 @@ use super::claim_mode;
 use crate::connect::retry::Retrying;
 use crate::dialect::Claim;
 use crate::executor::Executor;
-use crate::task_run;
 use crate::values::connection::DedupConnection;
 use crate::values::error::DedupError;
 use crate::values::validate;
+use task_dedup_entity::task_run;
 
 const MAX_CLAIM_RACES: u32 = 5;
 

@@ -25,10 +25,10 @@ use uuid::Uuid;
 
 use crate::maintenance::pause::PausedType;
 use crate::maintenance::retention::{PruneReport, Retention};
-use crate::task_run;
 use crate::values::backoff::{Retry, RetryPolicy};
 use crate::values::connection::DedupConnection;
 use crate::values::error::DedupError;
+use task_dedup_entity::task_run;
 
 /// What [`TaskWorker::reap_expired`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

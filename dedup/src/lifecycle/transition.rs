@@ -8,12 +8,12 @@ use uuid::Uuid;
 
 use crate::connect::retry::Retrying;
 use crate::executor::{Change, Executor};
-use crate::task_run;
 use crate::values::backoff::Retry;
 use crate::values::connection::DedupConnection;
 use crate::values::error::{DedupError, Transition};
 use crate::values::validate;
 use task_dedup_entity::TaskStatus;
+use task_dedup_entity::task_run;
 
 /// Who may perform a transition, and what its effect looks like once it took effect.
 #[derive(Clone, Copy)]

@@ -7,10 +7,10 @@ use chrono::{DateTime, Utc};
 
 use crate::connect::retry::Retrying;
 use crate::executor::Executor;
-use crate::task_run::TASK_TYPE_MAX_CHARS;
 use crate::values::connection::DedupConnection;
 use crate::values::error::DedupError;
 use crate::values::validate::{self, InvalidArgument};
+use task_dedup_entity::task_run::TASK_TYPE_MAX_CHARS;
 
 /// A paused task type, as [`TaskWorker::paused`](crate::TaskWorker::paused) lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,12 +5,12 @@
 
 use std::time::Duration;
 
-use crate::TaskStatus;
 use crate::connect::retry::Retrying;
 use crate::executor::Executor;
 use crate::values::connection::DedupConnection;
 use crate::values::error::DedupError;
 use crate::values::validate::{self, InvalidArgument};
+use task_dedup_entity::TaskStatus;
 
 /// The longest age [`Retention`] takes: about 100 years (older cut-offs fall outside
 /// what PostgreSQL's timestamps hold).

@@ -6,10 +6,10 @@ use std::fmt;
 use sea_orm::DbErr;
 use uuid::Uuid;
 
-use crate::TaskStatus;
 use crate::dialect::{Failure, Kind};
 use crate::values::key::{InvalidKey, KeyField, TaskKey};
 use crate::values::validate::{InvalidArgument, InvalidReason};
+use task_dedup_entity::TaskStatus;
 
 /// Everything that can go wrong in task-dedup.
 #[derive(Debug, thiserror::Error)]
@@ -102,7 +102,7 @@ pub enum DedupError {
         /// The task that was to be retried.
         id: Uuid,
         /// The task holding its key.
-        holder: Box<crate::task_run::Model>,
+        holder: Box<task_dedup_entity::task_run::Model>,
     },
     /// The task is running, but under another worker's lease (it was reaped and claimed
     /// again). The row is unchanged.

@@ -2,8 +2,8 @@
 
 use std::fmt;
 
-use crate::task_run::{RESOURCE_KEY_MAX_CHARS, TASK_TYPE_MAX_CHARS, USER_ID_MAX_CHARS};
 use crate::values::validate::{self, InvalidReason};
+use task_dedup_entity::task_run::{RESOURCE_KEY_MAX_CHARS, TASK_TYPE_MAX_CHARS, USER_ID_MAX_CHARS};
 
 /// The dedup key: at most one task per key is active at a time.
 ///

@@ -6,9 +6,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::task_run::{self, TaskScope, TaskStatus};
 use crate::values::key::TaskKey;
 use crate::values::validate::{self, InvalidArgument};
+use task_dedup_entity::task_run::{self, TaskScope, TaskStatus};
 
 /// Which of a task's states hold its key. Stored on the task when it is created and
 /// enforced by the database's unique index; tasks of one key may use different scopes,

@@ -12,11 +12,11 @@ use std::time::Duration;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::task_run;
 use crate::values::backoff::RetryPolicy;
 use crate::values::error::DedupError;
 use crate::values::key::TaskKey;
 use crate::values::task::{NewTask, OnConflict, Scope};
+use task_dedup_entity::task_run;
 
 /// A task type as a Rust type: its values are the payloads, stored as JSON.
 ///

@@ -5,7 +5,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::task_run::{ERROR_MAX_CHARS, LEASE_OWNER_MAX_CHARS, TASK_TYPE_MAX_CHARS};
+use task_dedup_entity::task_run::{ERROR_MAX_CHARS, LEASE_OWNER_MAX_CHARS, TASK_TYPE_MAX_CHARS};
 
 /// Why an input was rejected.
 #[derive(Debug, Clone, PartialEq, Eq)]

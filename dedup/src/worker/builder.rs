@@ -13,12 +13,12 @@ use super::route::{Route, Routes, TaskHandler, TypeRoute, Typed, Untyped};
 use super::{Wakeups, Worker};
 use crate::maintenance::retention::Retention;
 use crate::maintenance::schedule::Schedule;
-use crate::task_run;
 use crate::values::backoff::RetryPolicy;
 use crate::values::connection::DEFAULT_RETRY_BUDGET;
 use crate::values::error::DedupError;
 use crate::values::typed::{Task, TaskOptions};
 use crate::values::validate::{self, InvalidArgument, InvalidReason};
+use task_dedup_entity::task_run;
 
 /// Builds a [`Worker`]: `Worker::builder(db)`, then the settings, then
 /// [`build`](Self::build). Every setting but the handler has a default.
@@ -463,7 +463,7 @@ impl WorkerBuilder {
             format!("task-dedup-{}-{}", std::process::id(), &random[20..])
         });
         validate::worker_id(&id)?;
-        if self.end_batch == 0 || self.end_batch > crate::MAX_END_BATCH {
+        if self.end_batch == 0 || self.end_batch > crate::values::validate::MAX_END_BATCH {
             return Err(invalid(
                 "batch_endings",
                 "a size of 1 to 1,000 (MAX_END_BATCH)",

@@ -23,10 +23,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::Shared;
 use super::outcome::{End, Ending, Recorded, counted};
-use crate::TaskStatus;
 use crate::lifecycle::TaskWorker;
 use crate::lifecycle::endings::{self, EndMany, EndedMany};
 use crate::values::backoff::Retry;
+use task_dedup_entity::TaskStatus;
 
 /// The queue tasks hand their endings to: one batch long.
 pub(super) fn queue(size: usize) -> (mpsc::Sender<Ending>, mpsc::Receiver<Ending>) {
@@ -165,7 +165,7 @@ impl Batch {
 async fn settle(
     shared: &Shared,
     endings: &[Ending],
-    ended: Result<EndedMany, crate::DedupError>,
+    ended: Result<EndedMany, crate::values::error::DedupError>,
     recorded: Recorded,
 ) {
     match ended {

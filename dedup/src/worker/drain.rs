@@ -11,10 +11,10 @@ use super::job::Lease;
 use super::record::truncated;
 use super::route::RunContext;
 use crate::lifecycle::TaskWorker;
-use crate::task_run;
 use crate::values::backoff::Retry;
 use crate::values::connection::WithRetryBudget;
 use crate::values::error::DedupError;
+use task_dedup_entity::task_run;
 
 /// What [`drain`](crate::testing::drain) did: each task it ran, as recorded afterwards,
 /// in the order it ran them.

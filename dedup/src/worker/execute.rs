@@ -13,8 +13,8 @@ use super::outcome::Ended;
 use super::route::RunContext;
 use super::{Shared, record};
 use crate::lifecycle::TaskWorker;
-use crate::task_run;
 use crate::values::error::DedupError;
+use task_dedup_entity::task_run;
 
 /// Runs one claimed task, then records how it ended.
 #[tracing::instrument(level = "debug", name = "task", skip_all, fields(task_id = %task.id, task_type = %task.task_type, attempt = task.attempts))]

@@ -6,7 +6,7 @@ use std::future::Future;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
-use crate::task_run;
+use task_dedup_entity::task_run;
 
 /// Runs one claimed task. Return `Ok(result)` (stored as the task's `result`),
 /// `Err(HandlerError::Retry(..))` to run it again after the worker's backoff, or

@@ -10,10 +10,10 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::lifecycle::TaskWorker;
-use crate::task_run;
 use crate::values::connection::WithRetryBudget;
 use crate::values::error::DedupError;
 use crate::values::validate::{self, InvalidArgument};
+use task_dedup_entity::task_run;
 
 /// One run of a typed task, handed to its
 /// [`TaskHandler`](super::TaskHandler): the payload decoded (`args`), the task as

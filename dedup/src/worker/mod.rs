@@ -36,10 +36,10 @@ pub use route::TaskHandler;
 pub use wake::Wakeups;
 
 use crate::lifecycle::TaskWorker;
-use crate::task_run;
 use crate::values::backoff::RetryPolicy;
 use crate::values::connection::WithRetryBudget;
 use crate::values::error::DedupError;
+use task_dedup_entity::task_run;
 
 /// The runtime that runs tasks, configured through [`WorkerBuilder`]. It claims up to
 /// its concurrency, runs the [`Handler`] for each under a lease it keeps alive,
@@ -104,7 +104,7 @@ struct Config {
     retry_budget: Duration,
     end_batch: usize,
     end_delay: Duration,
-    retention: crate::Retention,
+    retention: crate::maintenance::retention::Retention,
 }
 
 /// What a [`Worker`] did, returned when it stops.
@@ -456,7 +456,7 @@ async fn gather(slots: &Arc<Semaphore>, permits: &mut Vec<OwnedSemaphorePermit>,
         }
     })
     .await;
-    while permits.len() < crate::MAX_CLAIM
+    while permits.len() < crate::values::validate::MAX_CLAIM
         && let Ok(more) = slots.clone().try_acquire_owned()
     {
         permits.push(more);
@@ -485,13 +485,16 @@ fn next_retry_due(shared: &Shared, now: Instant) -> Option<Instant> {
 fn claimable_types(shared: &Shared) -> Option<(Vec<String>, usize)> {
     let config = &shared.config;
     if config.limits.is_empty() {
-        return Some((config.task_types.clone(), crate::MAX_CLAIM));
+        return Some((
+            config.task_types.clone(),
+            crate::values::validate::MAX_CLAIM,
+        ));
     }
     let running = shared
         .running
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let mut most = crate::MAX_CLAIM;
+    let mut most = crate::values::validate::MAX_CLAIM;
     let types: Vec<String> = config
         .task_types
         .iter()

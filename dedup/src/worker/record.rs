@@ -10,9 +10,9 @@ use super::handler::HandlerError;
 use super::outcome::{End, Ended, Ending, Recorded, counted};
 use super::{Shared, add};
 use crate::lifecycle::TaskWorker;
-use crate::task_run;
 use crate::values::backoff::{Retry, RetryPolicy};
 use crate::values::validate;
+use task_dedup_entity::task_run;
 
 /// Records how task `id` (claimed for attempt number `attempts`, started at `started`)
 /// ended: a release or a loss at once, anything else through the completer. Returns once
@@ -29,7 +29,7 @@ pub(super) async fn record(
         Ended::Returned(Ok(result)) => match validate::json("result", result.as_ref()) {
             Ok(()) => End::Complete(result),
             Err(err) => {
-                let err = crate::DedupError::from(err);
+                let err = crate::values::error::DedupError::from(err);
                 tracing::warn!(error = %err, "the handler's result cannot be stored; its lease will run out");
                 return counted(shared, id, Recorded::Lost, started);
             }

@@ -13,9 +13,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::handler::{Handler, HandlerError};
 use super::job::{Job, Lease};
-use crate::task_run;
 use crate::values::backoff::RetryPolicy;
 use crate::values::typed::{self, Task};
+use task_dedup_entity::task_run;
 
 /// Runs one claimed task of type `T`: receives the [`Job`] (payload decoded), returns a
 /// result that is stored, serialized, as the task's `result` (`()` or `None` store
