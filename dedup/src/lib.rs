@@ -20,15 +20,6 @@
 //! # }).unwrap();
 //! ```
 //!
-//! # Typed tasks
-//!
-//! A serde type that implements [`Task`] names its task type, derives its key from its
-//! fields and carries its default policies ([`TaskOptions`]);
-//! [`TaskDedup::enqueue`] enqueues it (the same `find_or_enqueue` underneath) and
-//! [`WorkerBuilder::register`] runs it with a [`TaskHandler`] that receives the payload
-//! decoded in a [`Job`]. The feature `testing` adds [`testing`]: run a worker's due tasks
-//! inline, assert that a task is enqueued.
-//!
 //! # The guarantee
 //!
 //! [`find_or_enqueue`](TaskDedup::find_or_enqueue) inserts first and lets the unique
@@ -37,30 +28,11 @@
 //! of any number of concurrent callers exactly one gets [`Enqueued::Created`]. The index
 //! comes from the migrations ([`migration`]); a `task_run` table without it is refused
 //! before anything is written ([`DedupError::Unguarded`]), so it is never silently
-//! unguarded. Keys are byte-exact on every dialect; [`TaskKey::without_user`] makes keys
-//! that belong to no user.
+//! unguarded.
 //!
-//! # Scopes and conflict policies
-//!
-//! Which of a task's states hold its key is its [`Scope`], chosen per task type:
-//! - one-shot work (send this invoice): [`Scope::Active`], the default: queued or
-//!   running;
-//! - re-do on change (reindex a post after an edit): [`Scope::Queued`]: while one runs, a
-//!   new request queues one follow-up, so the edit that arrived during the run is not
-//!   lost;
-//! - at most once per period (a digest): [`Scope::Period`].
-//!
-//! What a hit does is its [`OnConflict`]: return the task as stored (the default), or
-//! [`OnConflict::ReplaceIfQueued`]: the latest request's payload wins while the task is
-//! still queued. [`NewTask`] also carries `run_at`, a priority and a retry budget.
-//!
-//! # In your transaction
-//!
-//! Every operation runs on a pool ([`sea_orm::DatabaseConnection`]) or in the caller's
-//! transaction ([`sea_orm::DatabaseTransaction`]): enqueue in the same transaction as the
-//! write the task is about, and the task exists exactly when that write commits. A hit
-//! never aborts the transaction, PostgreSQL included. Code generic over both takes
-//! `C: `[`DedupConnection`]:
+//! Every operation runs on a pool or in the caller's transaction, so a task can be
+//! enqueued in the same transaction as the write it is about (a hit never aborts it,
+//! PostgreSQL included). Code generic over both takes `C: `[`DedupConnection`]:
 //!
 //! ```
 //! use sea_orm::DbErr;
@@ -74,48 +46,28 @@
 //! }
 //! ```
 //!
-//! # Running tasks
+//! # Where things are
 //!
-//! A [`Worker`] (feature `worker`) claims due tasks up to its concurrency, runs your
-//! [`Handler`] for each under a lease it keeps alive, completes, retries or fails what
-//! the handler returns, reaps the leases of crashed workers, wakes up on new work, and
-//! on shutdown hands back what it could not finish. Give it a pool of its own
-//! ([`connect_with`]) so that its claims do not queue behind your requests. Under it,
-//! [`TaskWorker`] has the primitives: `claim_many`, `heartbeat`, `complete`, `fail`,
-//! `cancel`, `release`, `reap_expired`, `prune`; and [`TaskWorker::pause`] /
-//! [`resume`](TaskWorker::resume) stop and restart the claims of a task type in every
-//! worker.
+//! - Enqueueing: [`TaskDedup`] (`find_or_enqueue`, `find_or_enqueue_many`, typed
+//!   `enqueue`), the task a call asks for ([`NewTask`], [`TaskKey`], [`Scope`],
+//!   [`OnConflict`]) and typed tasks ([`Task`], [`TaskOptions`]).
+//! - Running tasks: the [`Worker`] (feature `worker`) and its [`WorkerBuilder`],
+//!   [`Handler`]s and typed [`TaskHandler`]s receiving a [`Job`]; under it the primitives
+//!   of [`TaskWorker`] (claim, heartbeat, complete, fail, cancel, release, reap).
+//! - Maintenance: [`Retention`], pause and resume of a task type ([`TaskWorker::pause`]),
+//!   periodic tasks ([`WorkerBuilder::periodic`], [`Schedule`]).
+//! - Seeing and steering the queue: [`TaskAdmin`] (lists, counts, retry, cancel, delete).
+//! - Connecting: [`connect`], [`connect_with`], [`connect_with_pooler`]; errors:
+//!   [`DedupError`], which converts into SeaORM's [`DbErr`](sea_orm::DbErr) with `?`.
 //!
-//! # Maintenance
+//! # The guide
 //!
-//! A worker prunes finished tasks by default ([`Retention`]: `succeeded` and `cancelled`
-//! after 24 hours, `failed` after 7 days), in bounded batches, from every worker at once
-//! without harm; a period-scoped task is kept until its window is over.
-//!
-//! # Periodic tasks
-//!
-//! [`WorkerBuilder::periodic`] enqueues a typed task at each tick of a [`Schedule`] (a
-//! cron expression or a fixed interval, in UTC or a named time zone). No leader: every
-//! worker that declares it enqueues each tick as a [`Scope::Period`] task whose window is
-//! the tick's, and the unique index keeps one task per tick.
-//!
-//! # Seeing and steering the queue
-//!
-//! [`TaskAdmin`], on the same handles: [`list_tasks`](TaskAdmin::list_tasks) with a
-//! [`TaskFilter`] (statuses, type, user, key prefix, creation time) in keyset pages
-//! ([`Cursor`]), [`counts`](TaskAdmin::counts), [`throughput`](TaskAdmin::throughput),
-//! [`oldest_queued`](TaskAdmin::oldest_queued); [`retry_task`](TaskAdmin::retry_task)
-//! (the unique index decides: a task whose key another task holds is left as it is and
-//! [`DedupError::KeyHeld`] names the holder), `cancel_task`, `delete_task`, and the same
-//! in bulk by filter with a limit ([`BulkOutcome`]).
-//!
-//! # Errors
-//!
-//! One error type, [`DedupError`]; invalid input is rejected before any SQL runs. A lost
-//! connection is retried on a pool within a retry budget
-//! ([`TaskDedup::with_retry_budget`], [`NewTask::retry_budget`]); inside your
-//! transaction it is yours to retry. `DedupError` converts into SeaORM's
-//! [`DbErr`](sea_orm::DbErr) with `?`, a database failure staying SeaORM's own error.
+//! The [`guide`] explains each part with examples that run: [getting
+//! started](guide::getting_started), [scopes and policies](guide::scopes_and_policies),
+//! [typed tasks and the Worker](guide::typed_tasks_and_worker), [periodic tasks and
+//! maintenance](guide::periodic_and_maintenance), [operating](guide::operating) (the
+//! command, the dashboard, poolers), [upgrading](guide::upgrading) and the [failure
+//! model](guide::failure_model).
 //!
 //! # Features
 //!
@@ -140,11 +92,18 @@ compile_error!(
      (with `default-features = false`, add the ones your application connects to)"
 );
 
+// The guide's links name `task_dedup::...`, so that the same chapters resolve here and in
+// the workspace's root package, which runs their examples.
+#[cfg(doc)]
+extern crate self as task_dedup;
+
 mod admin;
 mod connect;
 mod dialect;
 mod enqueue;
 mod executor;
+#[cfg(doc)]
+pub mod guide;
 mod lifecycle;
 mod maintenance;
 mod metrics;

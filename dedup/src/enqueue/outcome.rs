@@ -4,7 +4,7 @@ use crate::values::error::DedupError;
 use crate::values::typed::Task;
 use task_dedup_entity::task_run;
 
-/// What [`TaskDedup::find_or_enqueue`] did.
+/// What [`TaskDedup::find_or_enqueue`](crate::TaskDedup::find_or_enqueue) did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Enqueued {
@@ -12,7 +12,7 @@ pub enum Enqueued {
     Created(task_run::Model),
     /// Another task held the key; this is it, as stored. Nothing was written.
     Existing(task_run::Model),
-    /// [`OnConflict::ReplaceIfQueued`]: the queued task holding the key took this
+    /// [`OnConflict::ReplaceIfQueued`](crate::OnConflict::ReplaceIfQueued): the queued task holding the key took this
     /// request's payload, `run_at` and priority; this is it as it is now stored. Its id,
     /// scope, attempts and creation time are its own.
     Replaced(task_run::Model),
