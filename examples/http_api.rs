@@ -4,12 +4,12 @@
 //! background work per user and resource, where a double click, a retrying client or two
 //! browser tabs must not start the same work twice.
 //!
-//! - `POST /users/{user_id}/tasks` with `{"task_type", "resource_key", "payload"?}`
-//!   answers `201 Created` with the new task, or `200 OK` with the task already in
-//!   flight. The body is the task plus `"deduplicated": false` / `true`.
-//! - `POST /users/{user_id}/exports` with `{"report", "work_ms"?, "fail"?, "flaky"?}`: the
-//!   same for a typed task ([`tasks::Export`], which the `worker` example runs): its key
-//!   and policies come from the type.
+//! - `POST /users/{user_id}/exports` with `{"report", "work_ms"?, "fail"?, "flaky"?}`
+//!   enqueues a typed task ([`tasks::Export`], which the `worker` example runs; its key
+//!   and policies come from the type) and answers `201 Created` with the new task, or
+//!   `200 OK` with the task already in flight. The body is the task plus
+//!   `"deduplicated": false` / `true`. The client names no task type or key: the type
+//!   decides them, so a request cannot enqueue work the service does not offer.
 //! - `GET /tasks/{id}` answers the task, or 404.
 //! - `POST /tasks/{id}/cancel` with an optional `{"reason"}` answers the cancelled task
 //!   (again, unchanged, when it was cancelled already); 404 for an unknown id, 409 when the
@@ -34,8 +34,6 @@
 //! cargo run --example http_api &
 //! curl -i -X POST localhost:3000/users/alice/exports -H 'content-type: application/json' \
 //!      -d '{"report": "2026-11", "work_ms": 2000}'
-//! curl -i -X POST localhost:3000/users/alice/tasks -H 'content-type: application/json' \
-//!      -d '{"task_type": "reindex", "resource_key": "post/7"}'
 //! curl -i localhost:3000/tasks/<id>
 //! curl -i -X POST localhost:3000/tasks/<id>/cancel -H 'content-type: application/json' \
 //!      -d '{"reason": "changed my mind"}'
@@ -58,9 +56,7 @@ use sea_orm::{
     ActiveValue::Set, DatabaseConnection, DatabaseTransaction, DbErr, EntityTrait, TransactionTrait,
 };
 use serde::{Deserialize, Serialize};
-use task_dedup::{
-    DedupError, Enqueued, InvalidKey, NewTask, TaskDedup, TaskKey, TaskWorker, task_run,
-};
+use task_dedup::{DedupError, Enqueued, TaskDedup, TaskWorker, task_run};
 use task_dedup_migration::{MigrationTrait, MigratorTrait};
 use uuid::Uuid;
 
@@ -116,7 +112,6 @@ pub async fn setup(url: &str) -> Result<DatabaseConnection, DbErr> {
 /// The service's routes on `db`, and the dashboard at `/admin` for `admin`.
 pub fn router(db: DatabaseConnection, admin: Option<Credentials>) -> Router {
     let api = Router::new()
-        .route("/users/{user_id}/tasks", post(enqueue))
         .route("/users/{user_id}/exports", post(enqueue_export))
         .route("/tasks/{id}", get(get_task))
         .route("/tasks/{id}/cancel", post(cancel))
@@ -204,16 +199,8 @@ impl MigratorTrait for Migrator {
     }
 }
 
-/// Body of `POST /users/{user_id}/tasks`.
-#[derive(Debug, Deserialize)]
-pub struct EnqueueRequest {
-    pub task_type: String,
-    pub resource_key: String,
-    #[serde(default)]
-    pub payload: Option<serde_json::Value>,
-}
-
-/// Answer of `POST /users/{user_id}/tasks`: the task, and whether it was already in flight.
+/// Answer of `POST /users/{user_id}/exports`: the task, and whether it was already in
+/// flight.
 #[derive(Debug, Serialize)]
 pub struct EnqueueResponse {
     #[serde(flatten)]
@@ -240,26 +227,6 @@ pub struct CancelRequest {
     pub reason: Option<String>,
 }
 
-async fn enqueue(
-    State(db): State<DatabaseConnection>,
-    user_id: Result<Path<String>, PathRejection>,
-    body: Result<Json<EnqueueRequest>, JsonRejection>,
-) -> Result<Response, ApiError> {
-    let Path(user_id) = user_id?;
-    let Json(request) = body?;
-    let mut task = NewTask::new(TaskKey::new(
-        user_id,
-        request.task_type,
-        request.resource_key,
-    )?);
-    if let Some(payload) = request.payload {
-        task = task.with_payload(payload);
-    }
-
-    let outcome = with_retries(|| enqueue_in_transaction(&db, task.clone())).await?;
-    Ok(enqueued(outcome))
-}
-
 /// A typed task: its key, payload and policies come from [`tasks::Export`].
 async fn enqueue_export(
     State(db): State<DatabaseConnection>,
@@ -275,8 +242,7 @@ async fn enqueue_export(
         fail: request.fail,
         flaky: request.flaky,
     };
-    let task = NewTask::from_task(&export)?;
-    let outcome = with_retries(|| enqueue_in_transaction(&db, task.clone())).await?;
+    let outcome = with_retries(|| enqueue_in_transaction(&db, &export)).await?;
     Ok(enqueued(outcome))
 }
 
@@ -318,17 +284,18 @@ async fn cancel(
     Ok(Json(task))
 }
 
-/// Enqueues `task` and records the outcome in the projection, in one transaction: the
-/// projection row of a created task commits with it, or neither does. On an error the
+/// Enqueues the typed `task` and records the outcome in the projection, in one
+/// transaction: the projection row of a created task commits with it, or neither does.
+/// On an error (a key the type makes too long is refused before any SQL of its own) the
 /// transaction is dropped uncommitted, and SeaORM rolls it back.
 async fn enqueue_in_transaction(
     db: &DatabaseConnection,
-    task: NewTask,
+    task: &tasks::Export,
 ) -> Result<Enqueued, ApiError> {
     let txn = db.begin().await?;
     // The unique index decides; the projection only follows the outcome. A hit leaves
     // the transaction usable, so the projection write goes on in it.
-    let outcome = txn.find_or_enqueue(task).await?;
+    let outcome = txn.enqueue(task).await?;
     project(&txn, outcome.task()).await?;
     txn.commit().await?;
     Ok(outcome)
@@ -408,12 +375,6 @@ pub enum ApiError {
 impl From<DedupError> for ApiError {
     fn from(err: DedupError) -> Self {
         ApiError::Dedup(err)
-    }
-}
-
-impl From<InvalidKey> for ApiError {
-    fn from(err: InvalidKey) -> Self {
-        ApiError::Dedup(err.into())
     }
 }
 

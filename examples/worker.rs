@@ -7,8 +7,8 @@
 //! Everything but the work is the library's [`Worker`]: claiming up to the concurrency,
 //! heartbeats, retries with backoff, reaping crashed workers' tasks, shutdown. Typed
 //! tasks ([`tasks::Export`]) go to their registered handler, which receives the payload
-//! decoded; the other types the worker runs (`WORKER_TASK_TYPES`) go to an untyped
-//! handler, which reads the JSON itself. The work is simulated: it takes `work_ms`
+//! decoded; the other types the worker runs (`WORKER_TASK_TYPES`: tasks another service
+//! enqueues untyped) go to an untyped handler, which reads the JSON itself. The work is simulated: it takes `work_ms`
 //! (default 200 ms), fails for good on `fail`, and fails retryably on `flaky`.
 //! Once a minute a periodic task ([`QueueReport`]) logs the size of the queue: one per
 //! minute however many workers run, with no leader among them.
@@ -26,8 +26,6 @@
 //!      -d '{"report": "1", "work_ms": 3000}'
 //! curl -X POST localhost:3000/users/alice/exports -H 'content-type: application/json' \
 //!      -d '{"report": "2", "fail": true}'
-//! curl -X POST localhost:3000/users/alice/tasks -H 'content-type: application/json' \
-//!      -d '{"task_type": "reindex", "resource_key": "post/7", "payload": {"work_ms": 500}}'
 //! WORKER_EXIT_WHEN_IDLE=1 WORKER_LEASE_SECS=3 cargo run --example worker
 //! ```
 

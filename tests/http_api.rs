@@ -86,9 +86,10 @@ impl Server {
         url
     }
 
-    fn post_task(&self, user_id: &str, body: &Value) -> RequestBuilder {
+    /// `POST /users/{user_id}/exports`: the example's typed enqueue.
+    fn post_export(&self, user_id: &str, body: &Value) -> RequestBuilder {
         self.client
-            .post(self.url(&["users", user_id, "tasks"]))
+            .post(self.url(&["users", user_id, "exports"]))
             .json(body)
     }
 
@@ -158,14 +159,15 @@ async fn task_count(db: &TestDb) -> u64 {
 
 async fn fifty_identical_posts_create_one_task(db: &TestDb) {
     let server = Arc::new(start(db).await);
-    let (user, resource) = ("alice", "report/2026-11 café 🦀");
-    let body = json!({"task_type": "export", "resource_key": resource, "payload": {"pages": 3}});
+    let (user, report) = ("alice", "2026-11 café 🦀");
+    let resource = format!("report/{report}");
+    let body = json!({"report": report, "work_ms": 3});
     let barrier = Arc::new(Barrier::new(STORM));
     let requests: Vec<_> = (0..STORM)
         .map(|_| {
             let (server, barrier, body) = (server.clone(), barrier.clone(), body.clone());
             tokio::spawn(async move {
-                let request = server.post_task(user, &body);
+                let request = server.post_export(user, &body);
                 barrier.wait().await;
                 let response = request.send().await.expect("request");
                 let location = response
@@ -201,7 +203,10 @@ async fn fifty_identical_posts_create_one_task(db: &TestDb) {
         assert_eq!(id_of(body), id, "every answer carries the same task");
         assert_eq!(location.as_deref(), Some(&*task_location));
         assert_eq!(body["status"], "queued");
-        assert_eq!(body["payload"], json!({"pages": 3}));
+        assert_eq!(
+            body["payload"],
+            json!({"user": user, "report": report, "work_ms": 3, "fail": false, "flaky": false})
+        );
         assert_eq!(
             (&body["user_id"], &body["task_type"], &body["resource_key"]),
             (&json!(user), &json!("export"), &json!(resource))
@@ -216,7 +221,7 @@ async fn fifty_identical_posts_create_one_task(db: &TestDb) {
     assert_eq!(row.status, TaskStatus::Queued);
     assert_eq!(
         (&*row.user_id, &*row.task_type, &*row.resource_key),
-        (user, "export", resource)
+        (user, "export", &*resource)
     );
 
     // GET answers the stored task: the POST's body without `deduplicated`.
@@ -232,18 +237,18 @@ async fn fifty_identical_posts_create_one_task(db: &TestDb) {
 
 async fn bad_input_gets_a_json_4xx(db: &TestDb) {
     let server = start(db).await;
-    let ok = |resource: &str| json!({"task_type": "export", "resource_key": resource});
+    let ok = |report: &str| json!({ "report": report });
     let unprocessable = StatusCode::UNPROCESSABLE_ENTITY;
 
     let raw = |body: &'static str| {
         server
             .client
-            .post(server.url(&["users", "alice", "tasks"]))
+            .post(server.url(&["users", "alice", "exports"]))
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body)
     };
     assert_error(
-        send(raw(r#"{"task_type": "export","#)).await,
+        send(raw(r#"{"report": "2026-11","#)).await,
         StatusCode::BAD_REQUEST,
         "",
         "truncated JSON",
@@ -256,7 +261,7 @@ async fn bad_input_gets_a_json_4xx(db: &TestDb) {
     );
     let untyped = server
         .client
-        .post(server.url(&["users", "alice", "tasks"]))
+        .post(server.url(&["users", "alice", "exports"]))
         .body(ok("doc").to_string());
     assert_error(
         send(untyped).await,
@@ -265,47 +270,29 @@ async fn bad_input_gets_a_json_4xx(db: &TestDb) {
         "no content type",
     );
     assert_error(
-        send(server.post_task("alice", &json!({"task_type": "export"}))).await,
+        send(server.post_export("alice", &json!({"work_ms": 5}))).await,
         unprocessable,
-        "resource_key",
+        "report",
         "missing field",
     );
     assert_error(
-        send(server.post_task("alice", &json!({"task_type": 5, "resource_key": "doc"}))).await,
+        send(server.post_export("alice", &json!({"report": 5}))).await,
         unprocessable,
-        "task_type",
+        "report",
         "wrong type",
     );
 
     let (long, long_user) = ("x".repeat(256), "u".repeat(65));
+    // The key comes from the type (`report/{report}`), the user from the path.
     let key_cases = [
-        (
-            "alice",
-            json!({"task_type": "", "resource_key": "doc"}),
-            "task_type",
-            "empty task_type",
-        ),
-        ("alice", ok(""), "resource_key", "empty resource_key"),
         ("alice", ok(&long), "255", "resource_key too long"),
         ("alice", ok("a\0b"), "NUL", "NUL in resource_key"),
         ("al\0ice", ok("doc"), "user_id", "NUL in user_id (path %00)"),
         (&*long_user, ok("doc"), "user_id", "user_id too long"),
-        (
-            "alice",
-            json!({"task_type": "t".repeat(65), "resource_key": "doc"}),
-            "task_type",
-            "task_type too long",
-        ),
-        (
-            "alice",
-            json!({"task_type": "export", "resource_key": "doc", "payload": {"note": "a\u{0}b"}}),
-            "NUL",
-            "NUL in payload",
-        ),
     ];
     for (user, body, needle, case) in key_cases {
         assert_error(
-            send(server.post_task(user, &body)).await,
+            send(server.post_export(user, &body)).await,
             unprocessable,
             needle,
             case,
@@ -313,7 +300,7 @@ async fn bad_input_gets_a_json_4xx(db: &TestDb) {
     }
 
     let mut invalid_utf8 = server.base.clone();
-    invalid_utf8.set_path("/users/%FF/tasks");
+    invalid_utf8.set_path("/users/%FF/exports");
     assert_error(
         send(server.client.post(invalid_utf8).json(&ok("doc"))).await,
         StatusCode::BAD_REQUEST,
@@ -327,7 +314,12 @@ async fn bad_input_gets_a_json_4xx(db: &TestDb) {
         "unknown route",
     );
     assert_error(
-        send(server.client.get(server.url(&["users", "alice", "tasks"]))).await,
+        send(
+            server
+                .client
+                .get(server.url(&["users", "alice", "exports"])),
+        )
+        .await,
         StatusCode::METHOD_NOT_ALLOWED,
         "method",
         "wrong method",
@@ -335,12 +327,14 @@ async fn bad_input_gets_a_json_4xx(db: &TestDb) {
     assert_eq!(task_count(db).await, 0, "no bad request wrote a task");
     assert!(projection(db).await.is_empty());
 
-    // At the limits is fine: 255 four-byte characters, stored and read back unchanged.
-    let crabs = "🦀".repeat(255);
-    let (status, body) = send(server.post_task("alice", &ok(&crabs))).await;
+    // At the limits is fine: a key of 255 characters, four-byte ones among them, stored
+    // and read back unchanged.
+    let crabs = "🦀".repeat(255 - "report/".len());
+    let (status, body) = send(server.post_export("alice", &ok(&crabs))).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
-    assert_eq!(body["resource_key"], json!(crabs));
-    assert_eq!(projection(db).await[0].resource_key, crabs);
+    let key = format!("report/{crabs}");
+    assert_eq!(body["resource_key"], json!(key));
+    assert_eq!(projection(db).await[0].resource_key, key);
 }
 
 async fn ids_unknown_or_malformed_get_a_json_4xx(db: &TestDb) {
@@ -377,8 +371,8 @@ async fn ids_unknown_or_malformed_get_a_json_4xx(db: &TestDb) {
 
 async fn cancel_answers_404_409_and_releases_the_key(db: &TestDb) {
     let server = start(db).await;
-    let doc = json!({"task_type": "export", "resource_key": "doc"});
-    let (status, first) = send(server.post_task("alice", &doc)).await;
+    let doc = json!({"report": "doc"});
+    let (status, first) = send(server.post_export("alice", &doc)).await;
     assert_eq!(status, StatusCode::CREATED);
     let first_id = id_of(&first).to_string();
 
@@ -431,7 +425,7 @@ async fn cancel_answers_404_409_and_releases_the_key(db: &TestDb) {
     assert_eq!(again, cancelled);
 
     // The key is free again: a new task, not a hit.
-    let (status, second) = send(server.post_task("alice", &doc)).await;
+    let (status, second) = send(server.post_export("alice", &doc)).await;
     assert_eq!(status, StatusCode::CREATED, "{second}");
     assert_eq!(second["deduplicated"], false);
     assert_ne!(id_of(&second), id_of(&first));
@@ -456,7 +450,7 @@ async fn cancel_answers_404_409_and_releases_the_key(db: &TestDb) {
         "succeeded",
         "cancel a succeeded task",
     );
-    let (status, third) = send(server.post_task("alice", &doc)).await;
+    let (status, third) = send(server.post_export("alice", &doc)).await;
     assert_eq!(status, StatusCode::CREATED);
     let (status, third) = send(server.cancel(&id_of(&third).to_string())).await;
     assert_eq!(status, StatusCode::OK);
@@ -474,9 +468,9 @@ async fn cancel_answers_404_409_and_releases_the_key(db: &TestDb) {
 async fn failed_projection_write_rolls_back_the_enqueue(db: &TestDb) {
     let server = start(db).await;
     db.exec("DROP TABLE workflow_run").await;
-    let doc = json!({"task_type": "export", "resource_key": "doc"});
+    let doc = json!({"report": "doc"});
     assert_error(
-        send(server.post_task("alice", &doc)).await,
+        send(server.post_export("alice", &doc)).await,
         StatusCode::INTERNAL_SERVER_ERROR,
         "internal error",
         "projection table gone",
@@ -487,12 +481,7 @@ async fn failed_projection_write_rolls_back_the_enqueue(db: &TestDb) {
 
 async fn typed_exports_take_key_and_policies_from_their_type(db: &TestDb) {
     let server = start(db).await;
-    let post = |body: Value| {
-        server
-            .client
-            .post(server.url(&["users", "alice", "exports"]))
-            .json(&body)
-    };
+    let post = |body: Value| server.post_export("alice", &body);
     let (status, created) = send(post(json!({"report": "2026-11", "work_ms": 5}))).await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
     assert_eq!(created["task_type"], "export");
@@ -524,11 +513,7 @@ async fn typed_exports_take_key_and_policies_from_their_type(db: &TestDb) {
 
 async fn admin_asks_for_credentials_and_serves_with_them(db: &TestDb) {
     let server = start(db).await;
-    let (status, body) = send(server.post_task(
-        "alice",
-        &json!({"task_type": "export", "resource_key": "report/<b>1</b>"}),
-    ))
-    .await;
+    let (status, body) = send(server.post_export("alice", &json!({"report": "<b>1</b>"}))).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let id = id_of(&body);
     let admin = admin_credentials();
