@@ -23,8 +23,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use uuid::Uuid;
 
-use crate::maintenance::pause::PausedType;
-use crate::maintenance::retention::{PruneReport, Retention};
+use crate::maintenance::pause::{self, PausedType};
+use crate::maintenance::retention::{self as pruner, PruneReport, Retention};
 use crate::values::backoff::{Retry, RetryPolicy};
 use crate::values::connection::DedupConnection;
 use crate::values::error::DedupError;
@@ -263,6 +263,7 @@ impl<C: DedupConnection> TaskWorker for C {
     ) -> Result<Vec<task_run::Model>, DedupError> {
         claim::claim_many(self, worker_id, task_types, lease, max).await
     }
+
     #[tracing::instrument(level = "debug", skip_all, fields(task_id = %id, worker_id = %worker_id))]
     async fn heartbeat(
         &self,
@@ -272,6 +273,7 @@ impl<C: DedupConnection> TaskWorker for C {
     ) -> Result<task_run::Model, DedupError> {
         transition::heartbeat(self, id, worker_id, lease).await
     }
+
     #[tracing::instrument(level = "debug", skip_all, fields(task_id = %id, worker_id = %worker_id))]
     async fn complete(
         &self,
@@ -281,6 +283,7 @@ impl<C: DedupConnection> TaskWorker for C {
     ) -> Result<task_run::Model, DedupError> {
         transition::complete(self, id, worker_id, result).await
     }
+
     #[tracing::instrument(level = "debug", skip_all, fields(task_id = %id, worker_id = %worker_id, ?retry))]
     async fn fail(
         &self,
@@ -291,18 +294,22 @@ impl<C: DedupConnection> TaskWorker for C {
     ) -> Result<task_run::Model, DedupError> {
         transition::fail(self, id, worker_id, error, retry).await
     }
+
     #[tracing::instrument(level = "debug", skip_all, fields(task_id = %id))]
     async fn cancel(&self, id: Uuid, reason: &str) -> Result<task_run::Model, DedupError> {
         transition::cancel(self, id, reason).await
     }
+
     #[tracing::instrument(level = "debug", skip_all, fields(task_id = %id, worker_id = %worker_id))]
     async fn release(&self, id: Uuid, worker_id: &str) -> Result<task_run::Model, DedupError> {
         transition::release(self, id, worker_id).await
     }
+
     #[tracing::instrument(level = "debug", skip_all)]
     async fn reap_expired(&self, policy: &RetryPolicy) -> Result<ReapReport, DedupError> {
         reap::reap_expired(self, policy).await
     }
+
     #[tracing::instrument(level = "debug", skip_all)]
     async fn prune_finished(&self, older_than: Duration) -> Result<u64, DedupError> {
         let retention = Retention::all(older_than);
@@ -313,30 +320,26 @@ impl<C: DedupConnection> TaskWorker for C {
             )
             .into());
         }
-        Ok(crate::maintenance::retention::prune(self, &retention)
-            .await?
-            .total())
+        Ok(pruner::prune(self, &retention).await?.total())
     }
 
     #[tracing::instrument(level = "debug", name = "prune", skip_all)]
     async fn prune(&self, retention: &Retention) -> Result<PruneReport, DedupError> {
-        crate::maintenance::retention::prune(self, retention).await
+        pruner::prune(self, retention).await
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(task_type = %task_type))]
     async fn pause(&self, task_type: &str) -> Result<bool, DedupError> {
-        crate::maintenance::pause::set(self, task_type, crate::maintenance::pause::Action::Pause)
-            .await
+        pause::set(self, task_type, pause::Action::Pause).await
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(task_type = %task_type))]
     async fn resume(&self, task_type: &str) -> Result<bool, DedupError> {
-        crate::maintenance::pause::set(self, task_type, crate::maintenance::pause::Action::Resume)
-            .await
+        pause::set(self, task_type, pause::Action::Resume).await
     }
 
     #[tracing::instrument(level = "debug", skip_all)]
     async fn paused(&self) -> Result<Vec<PausedType>, DedupError> {
-        crate::maintenance::pause::list(self).await
+        pause::list(self).await
     }
 }
