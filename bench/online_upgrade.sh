@@ -35,7 +35,8 @@ for dialect in $dialects; do
         echo "== $dialect $mode" | tee -a "$out"
         TASK_DEDUP_LOAD_DIALECT=$dialect TASK_DEDUP_LOAD_MODE=$mode TASK_DEDUP_LOAD_ROWS=$rows \
             cargo test "${flags[@]}" --test online_load upgrade_under_load \
-            -- --ignored --nocapture 2>&1 | grep -E '^\[load\]|panicked|left|right' | tee -a "$out"
+            -- --ignored --nocapture 2>&1 | grep -E -A1 '^\[load\]|panicked' | grep -v '^--$' \
+            | tee -a "$out" || echo "== $dialect $mode failed" | tee -a "$out"
     done
 done
 echo "raw lines: $out"

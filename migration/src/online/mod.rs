@@ -53,8 +53,10 @@ use crate::{CompatReport, Migrator, SchemaError};
 pub struct OnlineOptions {
     /// The longest a statement waits for a lock that writers queue behind (an
     /// `ADD COLUMN`, a rename; on MySQL/MariaDB each `ALTER TABLE`'s metadata lock)
-    /// before it gives up and is retried. Writers wait at most this long behind it.
-    /// Default 1 s; MySQL/MariaDB round it up to whole seconds.
+    /// before it gives up and is retried: this on the first attempt, twice this on the
+    /// second, and so on (a table too busy for one wait gets a longer one; writers wait
+    /// at most that long behind it). Default 1 s; MySQL/MariaDB round it up to whole
+    /// seconds.
     pub lock_timeout: Duration,
     /// How many times a statement or a build runs before the run gives up: after a lock
     /// timeout, a deadlock, or a unique build that met duplicates written meanwhile.
@@ -111,6 +113,9 @@ pub enum Method {
     /// MySQL/MariaDB `ALGORITHM=COPY, LOCK=SHARED`: the table is copied, reads go on,
     /// writes wait until it is done.
     Copy,
+    /// MySQL/MariaDB `ALGORITHM=INPLACE, LOCK=SHARED`: a unique build that kept meeting
+    /// duplicates written during its online attempts; reads go on, writes wait for it.
+    InPlaceShared,
     /// A plain migration step (SQLite, or a table created by this run): no concurrent
     /// writers to protect.
     Blocking,
@@ -123,6 +128,10 @@ impl fmt::Display for Method {
             Method::Instant => "online, catalog only",
             Method::InPlace => "online, ALGORITHM=INPLACE LOCK=NONE",
             Method::Copy => "NOT online: ALGORITHM=COPY LOCK=SHARED, writes waited",
+            Method::InPlaceShared => {
+                "NOT online: ALGORITHM=INPLACE LOCK=SHARED after duplicates kept arriving, \
+                 writes waited"
+            }
             Method::Blocking => "blocking",
         })
     }
@@ -487,6 +496,19 @@ fn unplanned(name: &str) -> OnlineError {
     OnlineError::Database(DbErr::Migration(format!(
         "no online plan for migration {name}"
     )))
+}
+
+/// Whether `err` is a deadlock (PostgreSQL 40P01, MySQL/MariaDB 1213, SQLSTATE 40001):
+/// the resolution of duplicates, an UPDATE, can meet writers that way, and runs again.
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+pub(crate) fn is_deadlock(err: &DbErr) -> bool {
+    use sea_orm_migration::sea_orm::RuntimeErr;
+    let (DbErr::Exec(RuntimeErr::SqlxError(e)) | DbErr::Query(RuntimeErr::SqlxError(e))) = err
+    else {
+        return false;
+    };
+    let code = e.as_database_error().and_then(|d| d.code());
+    matches!(code.as_deref(), Some("40P01" | "40001"))
 }
 
 /// The pause before retry `attempt` (1-based), on the server, so that this crate needs

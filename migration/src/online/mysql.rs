@@ -111,7 +111,8 @@ const ER_ALTER_OPERATION_NOT_SUPPORTED_REASON: u16 = 1846;
 /// A retry can get past these: `lock_wait_timeout` expired, a deadlock.
 const ER_LOCK_WAIT_TIMEOUT: u16 = 1205;
 const ER_LOCK_DEADLOCK: u16 = 1213;
-/// A unique build met duplicates (also those written while it ran).
+/// A unique build met duplicates (also those written while it ran, or InnoDB's
+/// spurious ones under concurrent writes).
 const ER_DUP_ENTRY: u16 = 1062;
 
 /// What a unique build resolves before each attempt.
@@ -266,15 +267,18 @@ impl Session {
             .map_err(db_err)?;
         // Its `lock_wait_timeout` must not reach the pool's other users.
         conn.close_on_drop();
-        // Whole seconds, at least one.
-        let seconds = run.options.lock_timeout.as_secs_f64().ceil().max(1.0);
-        let set = format!("SET SESSION lock_wait_timeout = {seconds}");
-        let session: &mut MySqlConnection = &mut conn;
-        sqlx::raw_sql(AssertSqlSafe(set))
-            .execute(session)
-            .await
-            .map_err(db_err)?;
         Ok(Session { conn })
+    }
+
+    /// Bounds the metadata lock waits of the next `ALTER TABLE`: `lock_timeout` times the
+    /// attempt's number (a busy table gets a longer wait each time), in whole seconds.
+    async fn lock_wait(&mut self, run: &Run<'_>, attempt: u32) -> Result<(), DbErr> {
+        let seconds = (run.options.lock_timeout.as_secs_f64() * f64::from(attempt))
+            .ceil()
+            .max(1.0);
+        self.exec(&format!("SET SESSION lock_wait_timeout = {seconds}"))
+            .await
+            .map_err(db_err)
     }
 
     async fn exec(&mut self, sql: &str) -> Result<(), sqlx::Error> {
@@ -341,12 +345,29 @@ impl Session {
         let mut attempt = 1;
         let mut form = 0;
         loop {
-            resolved += match dedup {
-                Dedup::Nothing => 0,
-                Dedup::Active => cancel_duplicate_active(&manager).await?,
-                Dedup::Running => exempt_running_duplicates(&manager).await?,
+            let resolution = match dedup {
+                Dedup::Nothing => Ok(0),
+                Dedup::Active => cancel_duplicate_active(&manager).await,
+                Dedup::Running => exempt_running_duplicates(&manager).await,
             };
-            let (clause, method) = forms[form];
+            resolved += match resolution {
+                Ok(n) => n,
+                Err(err) if super::is_deadlock(&err) && attempt < run.options.attempts => {
+                    self.pause(run, attempt).await?;
+                    attempt += 1;
+                    continue;
+                }
+                Err(err) => return Err(err.into()),
+            };
+            let (mut clause, mut method) = forms[form];
+            // Duplicates that keep arriving (a race-prone writer faster than one build)
+            // would fail every online attempt: the second half of the attempts blocks
+            // writes for the build, so that only the moment between the resolution and
+            // the build's start is left to them.
+            if dedup != Dedup::Nothing && attempt > run.options.attempts / 2 && form == 0 {
+                (clause, method) = (", ALGORITHM=INPLACE, LOCK=SHARED", Method::InPlaceShared);
+            }
+            self.lock_wait(run, attempt).await?;
             let Err(err) = self.exec(&format!("{sql}{clause}")).await else {
                 run.record(
                     migration,
@@ -368,7 +389,12 @@ impl Session {
                 continue;
             }
             let again = match number {
-                Some(ER_DUP_ENTRY) => dedup != Dedup::Nothing,
+                // Also retried without anything to resolve: InnoDB's online build of a
+                // unique index can report a duplicate that never existed, when
+                // concurrent writes change a key back and forth while it runs (seen on
+                // MariaDB 10.11 rebuilding task_active_resource_uidx, which the old
+                // index kept unique, under 16 writers). A real one fails every attempt.
+                Some(ER_DUP_ENTRY) => true,
                 Some(ER_LOCK_WAIT_TIMEOUT | ER_LOCK_DEADLOCK) => true,
                 _ => false,
             };

@@ -279,11 +279,12 @@ impl Session {
     }
 
     /// Runs a statement that takes a lock writers queue behind (ACCESS EXCLUSIVE for an
-    /// `ADD COLUMN`), bounded by `lock_timeout`, retried when it expires.
+    /// `ADD COLUMN`), bounded by `lock_timeout` (times the attempt's number: a busy
+    /// table gets a longer wait each time), retried when it expires.
     async fn brief(&mut self, run: &Run<'_>, object: &str, sql: &str) -> Result<u32, OnlineError> {
-        let timeout_ms = run.options.lock_timeout.as_millis();
         let mut attempt = 1;
         loop {
+            let timeout_ms = run.options.lock_timeout.as_millis() * u128::from(attempt);
             match self.exec(timeout_ms, sql).await {
                 Ok(()) => return Ok(attempt),
                 Err(err) if retryable(&err) && attempt < run.options.attempts => {
@@ -334,10 +335,19 @@ impl Session {
         let mut resolved = 0;
         let mut attempt = 1;
         loop {
-            resolved += match dedup {
-                Dedup::Nothing => 0,
-                Dedup::Active => cancel_duplicate_active(&manager).await?,
-                Dedup::Running => exempt_running_duplicates(&manager).await?,
+            let resolution = match dedup {
+                Dedup::Nothing => Ok(0),
+                Dedup::Active => cancel_duplicate_active(&manager).await,
+                Dedup::Running => exempt_running_duplicates(&manager).await,
+            };
+            resolved += match resolution {
+                Ok(n) => n,
+                Err(err) if super::is_deadlock(&err) && attempt < run.options.attempts => {
+                    self.pause(run, attempt).await?;
+                    attempt += 1;
+                    continue;
+                }
+                Err(err) => return Err(err.into()),
             };
             // No lock_timeout: the build waits for older transactions, and no writer
             // waits for it (SHARE UPDATE EXCLUSIVE).
