@@ -100,7 +100,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         if json {
             return Err(Failure::usage("--json does not apply to migrate"));
         }
-        task_dedup_migrate::setup_tracing(verbose, "sea_orm_migration=info");
+        task_dedup_migrate::setup_tracing(verbose, task_dedup_migrate::MIGRATE_TRACING);
         let url = database.url_or(DEFAULT_URL);
         say_database(&url);
         let options = database

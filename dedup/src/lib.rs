@@ -66,7 +66,7 @@
 //! started](guide::getting_started), [scopes and policies](guide::scopes_and_policies),
 //! [typed tasks and the Worker](guide::typed_tasks_and_worker), [periodic tasks and
 //! maintenance](guide::periodic_and_maintenance), [operating](guide::operating) (the
-//! command, the dashboard, poolers), [upgrading](guide::upgrading) and the [failure
+//! command, the dashboard, poolers), [upgrading](guide::upgrading) (online migrations included) and the [failure
 //! model](guide::failure_model).
 //!
 //! # Features

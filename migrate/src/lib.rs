@@ -8,10 +8,13 @@
 
 pub mod probe;
 
+use std::time::Duration;
+
 use clap::{Args, Subcommand};
 use sea_orm_migration::MigratorTrait;
 use sea_orm_migration::sea_orm::{ConnectOptions, DatabaseConnection, DbErr};
 use task_dedup_migration::Migrator;
+use task_dedup_migration::online::{self, OnlineError, OnlineOptions};
 
 /// The embedded database used when no URL is given anywhere; created if missing (the
 /// migrate commands). [`EXISTING_SQLITE_URL`] is the same file, not created.
@@ -85,6 +88,9 @@ pub enum MigrateCommand {
         /// Apply at most this many.
         #[arg(short, long)]
         num: Option<u32>,
+        /// How indexes are built: `--online` for a table that takes writes meanwhile.
+        #[command(flatten)]
+        online: OnlineArgs,
     },
     /// Roll back applied migrations.
     Down {
@@ -100,21 +106,104 @@ pub enum MigrateCommand {
     Reset,
 }
 
+/// `migrate up`'s options for online builds.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct OnlineArgs {
+    /// Build every index without stopping writes: PostgreSQL `CREATE INDEX
+    /// CONCURRENTLY`, MySQL/MariaDB `ALGORITHM=INPLACE, LOCK=NONE` (adding a STORED
+    /// generated column still copies the table); SQLite: as without it. Says what it
+    /// built, how, and how long it took.
+    #[arg(long)]
+    pub online: bool,
+    /// With --online: the longest a statement waits for a lock that writers queue
+    /// behind before it is retried, in milliseconds (MySQL: rounded up to seconds).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    pub lock_timeout_ms: u64,
+    /// With --online: how many times a statement runs before `up` gives up.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub attempts: u32,
+}
+
+impl Default for OnlineArgs {
+    /// Not online; 1 s, 10 attempts (the command's defaults).
+    fn default() -> Self {
+        OnlineArgs {
+            online: false,
+            lock_timeout_ms: 1000,
+            attempts: 10,
+        }
+    }
+}
+
+impl OnlineArgs {
+    fn options(&self) -> OnlineOptions {
+        let mut options = OnlineOptions::default();
+        options.lock_timeout = Duration::from_millis(self.lock_timeout_ms);
+        options.attempts = self.attempts;
+        options
+    }
+}
+
 impl MigrateCommand {
     /// Runs the command on `db` with task-dedup's standalone [`Migrator`] (its ledger is
     /// `task_dedup_migrations`). Each step is reported through `tracing`
-    /// ([`setup_tracing`] shows it).
+    /// ([`setup_tracing`] shows it), and so is each online build.
+    ///
+    /// `up` first drops the INVALID indexes a failed or killed online build left
+    /// (PostgreSQL) and builds them again online, in either mode: a migration would
+    /// otherwise take them for built. `status` names them.
     ///
     /// # Errors
-    /// The migration's database error.
+    /// The migration's database error; an online build that gave up (as
+    /// `DbErr::Migration`, naming the index).
     pub async fn run(self, db: &DatabaseConnection) -> Result<(), DbErr> {
         match self {
-            MigrateCommand::Up { num } => Migrator::up(db, num).await,
+            MigrateCommand::Up { num, online } if online.online => {
+                let report = online::up_online(db, num, &online.options())
+                    .await
+                    .map_err(online_err)?;
+                say_online(&report);
+                Ok(())
+            }
+            MigrateCommand::Up { num, online } => {
+                let repaired = online::repair_invalid_indexes(db, &online.options())
+                    .await
+                    .map_err(online_err)?;
+                say_online(&repaired);
+                Migrator::up(db, num).await
+            }
             MigrateCommand::Down { num } => Migrator::down(db, Some(num)).await,
-            MigrateCommand::Status => Migrator::status(db).await,
+            MigrateCommand::Status => {
+                Migrator::status(db).await?;
+                for index in online::invalid_indexes(db).await? {
+                    tracing::warn!(
+                        "index {index} of task_run is INVALID (a failed or killed online \
+                         build): the database does not use it; `migrate up` rebuilds it"
+                    );
+                }
+                Ok(())
+            }
             MigrateCommand::Refresh => Migrator::refresh(db).await,
             MigrateCommand::Reset => Migrator::reset(db).await,
         }
+    }
+}
+
+/// Reports what an online `up` did, one line per change.
+fn say_online(report: &online::OnlineReport) {
+    if report.fresh {
+        tracing::info!("task_run did not exist: built as is (no writers to protect)");
+    }
+    for index in &report.repaired {
+        tracing::info!("dropped INVALID index {index} (a failed or killed build); built again");
+    }
+    // Each change was reported as it was made (target task_dedup_migration).
+}
+
+fn online_err(err: OnlineError) -> DbErr {
+    match err {
+        OnlineError::Database(db) => db,
+        other => DbErr::Migration(other.to_string()),
     }
 }
 
@@ -130,6 +219,11 @@ pub fn redacted(url: &str) -> String {
         Err(_) => "(an unparsable URL)".to_owned(),
     }
 }
+
+/// The filter the migrate commands pass to [`setup_tracing`]: each migration step, each
+/// online build, each INVALID index.
+pub const MIGRATE_TRACING: &str =
+    "sea_orm_migration=info,task_dedup_migration=info,task_dedup_migrate=info";
 
 /// Shows `tracing` events on stderr, plainly: those `filter` selects (an `EnvFilter`
 /// directive such as `sea_orm_migration=info`, which shows each migration step), or

@@ -46,13 +46,16 @@ async fn main() {
 }
 
 async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
-    task_dedup_migrate::setup_tracing(cli.verbose, "sea_orm_migration=info");
+    task_dedup_migrate::setup_tracing(cli.verbose, task_dedup_migrate::MIGRATE_TRACING);
     let url = cli.database.url_or(DEFAULT_URL);
     eprintln!("task-dedup-migrate: database {}", redacted(&url));
     let options = cli.database.connect_options(&url, cli.verbose).await?;
     let db = Database::connect(options).await?;
     cli.command
-        .unwrap_or(MigrateCommand::Up { num: None })
+        .unwrap_or(MigrateCommand::Up {
+            num: None,
+            online: task_dedup_migrate::OnlineArgs::default(),
+        })
         .run(&db)
         .await?;
     db.close().await?;

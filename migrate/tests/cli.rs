@@ -366,3 +366,81 @@ fn refusals_by_the_server_name_the_cause() {
         assert!(line.contains(cause), "{url}: {line}");
     }
 }
+
+/// `up --online` says what it built, how and how long it took; `status` names an INVALID
+/// index a failed build left, and the next `up` (not online) drops it and builds it again,
+/// online, with its migration's definition.
+#[tokio::test]
+async fn online_up_reports_its_builds_and_up_rebuilds_invalid_indexes() {
+    let Some(admin_url) = postgres_admin_url() else {
+        return;
+    };
+    let mut dbs = PgDatabases::new(admin_url).await;
+    let url = dbs.create("online").await;
+    let dir = Scratch::new("online");
+    migrate(dir.path(), &["-u", &url, "up", "-n", "1"], &[]);
+    let db = Database::connect(&url).await.expect("connect");
+    db.execute_unprepared(
+        "INSERT INTO task_run (id, user_id, task_type, resource_key, status, created_at, \
+         updated_at) SELECT gen_random_uuid(), 'u', 't', 'r' || n, 'succeeded', now(), now() \
+         FROM generate_series(1, 100) n",
+    )
+    .await
+    .expect("rows");
+
+    let out = migrate(dir.path(), &["-u", &url, "up", "--online"], &[]);
+    let printed = stderr(&out);
+    for index in [
+        "task_active_resource_uidx",
+        "task_running_resource_uidx",
+        "task_run_created_idx",
+    ] {
+        assert!(
+            printed.contains(&format!("{index} (online, CONCURRENTLY) in ")),
+            "{printed}"
+        );
+    }
+    assert_eq!(tables(&url, "public").await, MIGRATED);
+
+    // A failed build of one of task-dedup's indexes (here: made to fail) leaves it INVALID.
+    db.execute_unprepared("DROP INDEX task_run_created_idx")
+        .await
+        .expect("drop");
+    let failed = db
+        .execute_unprepared(
+            "CREATE UNIQUE INDEX CONCURRENTLY task_run_created_idx ON task_run (status)",
+        )
+        .await;
+    assert!(failed.is_err(), "100 rows share a status");
+    let out = migrate(dir.path(), &["-u", &url, "status"], &[]);
+    assert!(
+        stderr(&out).contains("index task_run_created_idx of task_run is INVALID"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = migrate(dir.path(), &["-u", &url, "up"], &[]);
+    let printed = stderr(&out);
+    assert!(
+        printed.contains("dropped INVALID index task_run_created_idx"),
+        "{printed}"
+    );
+    let rebuilt = db
+        .query_one_raw(Statement::from_string(
+            db.get_database_backend(),
+            "SELECT i.indisvalid AS valid, pg_get_indexdef(i.indexrelid) AS def FROM pg_index i \
+             JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = 'task_run_created_idx'",
+        ))
+        .await
+        .expect("catalog")
+        .expect("the index is back");
+    assert!(rebuilt.try_get::<bool>("", "valid").expect("valid"));
+    assert_eq!(
+        rebuilt.try_get::<String>("", "def").expect("def"),
+        "CREATE INDEX task_run_created_idx ON public.task_run USING btree (created_at, id)"
+    );
+    let out = migrate(dir.path(), &["-u", &url, "status"], &[]);
+    assert!(!stderr(&out).contains("INVALID"), "{}", stderr(&out));
+    db.close().await.expect("close");
+    dbs.drop_all().await;
+}

@@ -37,6 +37,10 @@
 //! | `m20261202_000006_task_dedup_maintenance` | `task_run_finished_idx` (the pruner's batches), the table `task_dedup_paused` (paused task types) |
 //! | `m20261202_000007_task_dedup_admin` | the admin API's list indexes (by status, by type and status, by creation time) and the index of finished times |
 //!
+//! [`online`] builds the same schema without stopping a live table's writes:
+//! `CREATE INDEX CONCURRENTLY` on PostgreSQL, InnoDB online DDL on MySQL/MariaDB
+//! ([`online::up_online`], [`online::prepare_online`], [`online::ensure_schema_online`]).
+//!
 //! # Features
 //! - `sqlite`, `postgres`, `mysql` (all default): the dialects, forwarded to
 //!   sea-orm-migration's `sqlx-*` features. A dialect built without its feature is a
@@ -73,6 +77,7 @@ mod m20261130_000004_task_dedup_scopes;
 mod m20261201_000005_task_dedup_serial_per_key;
 mod m20261202_000006_task_dedup_maintenance;
 mod m20261202_000007_task_dedup_admin;
+pub mod online;
 mod sql;
 
 pub use compat::{ColumnProblem, CompatReport, SchemaError, ensure_schema};

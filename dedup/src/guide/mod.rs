@@ -11,7 +11,8 @@
 //!    leader, retention, pausing a task type.
 //! 5. [Operating: command, dashboard, poolers](operating): the admin API, the
 //!    `task-dedup` command, the dashboard, pools and poolers.
-//! 6. [Upgrading](upgrading): the migrations standalone, older and hand-made tables.
+//! 6. [Upgrading](upgrading): the migrations standalone and online (a big, live table
+//!    keeps its writes), older and hand-made tables.
 //! 7. [Failure model](failure_model): what each database enforces, and what a lost
 //!    connection, a deadlock or a crash does to each operation.
 //!

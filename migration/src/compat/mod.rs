@@ -14,6 +14,10 @@ pub use latest::ColumnProblem;
 use crate::m20261130_000002_task_dedup_active_resource_uidx as active_index;
 use crate::sql::{self, Dialect};
 
+/// What the changes of [`ensure_schema_online`](crate::online::ensure_schema_online)
+/// that belong to no migration are reported under.
+const COMPAT: &str = "ensure_schema";
+
 /// What [`ensure_schema`] changed. [`CompatReport::is_unchanged`] means the schema already
 /// held the guarantee.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -30,6 +34,9 @@ pub struct CompatReport {
     pub cancelled_duplicates: u64,
     /// Indexes that were missing and were created.
     pub created_indexes: Vec<String>,
+    /// [`ensure_schema_online`](crate::online::ensure_schema_online): each change it
+    /// made online, and how long it took. Empty for [`ensure_schema`].
+    pub online: Vec<crate::online::Change>,
 }
 
 impl CompatReport {
@@ -66,6 +73,9 @@ impl fmt::Display for CompatReport {
         if !self.created_indexes.is_empty() {
             parts.push(format!("created {}", self.created_indexes.join(", ")));
         }
+        if !self.online.is_empty() {
+            parts.push(format!("{} change(s) made online", self.online.len()));
+        }
         f.write_str(&parts.join("; "))
     }
 }
@@ -87,6 +97,19 @@ pub enum SchemaError {
     /// A database error, including a dialect this crate was built without.
     #[error(transparent)]
     Database(#[from] DbErr),
+    /// [`ensure_schema_online`](crate::online::ensure_schema_online): an online build
+    /// gave up (see [`OnlineError`](crate::online::OnlineError)); what it built stays.
+    #[error(transparent)]
+    Online(crate::online::OnlineError),
+}
+
+impl From<crate::online::OnlineError> for SchemaError {
+    fn from(err: crate::online::OnlineError) -> Self {
+        match err {
+            crate::online::OnlineError::Database(db) => SchemaError::Database(db),
+            other => SchemaError::Online(other),
+        }
+    }
 }
 
 /// Brings `task_run` up to the dedup guarantee, whatever state it is in, and reports what
@@ -129,19 +152,23 @@ where
     if dialect == Dialect::MySql {
         // DDL commits implicitly there, transaction or not; every step is idempotent,
         // so after an error a second call completes the work.
-        return ensure_schema_in(&manager, dialect).await;
+        return ensure_schema_in(&manager, dialect, None).await;
     }
     // One transaction (a savepoint in the caller's): all or nothing, and one connection
     // sees every step (pooled SQLite connections would see stale schemas in between).
     let txn = manager.get_connection().begin().await?;
-    let report = ensure_schema_in(&SchemaManager::new(&txn), dialect).await?;
+    let report = ensure_schema_in(&SchemaManager::new(&txn), dialect, None).await?;
     txn.commit().await?;
     Ok(report)
 }
 
-async fn ensure_schema_in(
+/// The compat patch on `manager`'s connection; with `online`, each change a writer could
+/// wait for is made online first (outside any transaction), and the migrations then find
+/// it done.
+pub(crate) async fn ensure_schema_in(
     manager: &SchemaManager<'_>,
     dialect: Dialect,
+    online: Option<&crate::online::Run<'_>>,
 ) -> Result<CompatReport, SchemaError> {
     let mut report = CompatReport::default();
     let before = if manager.has_table("task_run").await? {
@@ -163,12 +190,22 @@ async fn ensure_schema_in(
             .iter()
             .filter(|s| !s.from_migration && before.column(s.name).is_none());
         for spec in missing {
-            sql::run(manager, &[&latest::add_column(dialect, spec)]).await?;
+            let add = latest::add_column(dialect, spec);
+            match online {
+                Some(run) => {
+                    run.alter(COMPAT, format!("column {}", spec.name), &add)
+                        .await?
+                }
+                None => sql::run(manager, &[&add]).await?,
+            }
         }
         if dialect == Dialect::MySql
             && let Some((columns, alter)) = latest::mysql_exact_keys(&before)
         {
-            sql::run(manager, &[&alter]).await?;
+            match online {
+                Some(run) => run.alter(COMPAT, columns.join(", "), &alter).await?,
+                None => sql::run(manager, &[&alter]).await?,
+            }
             report.converted_columns = columns;
         }
         if !before
@@ -180,7 +217,13 @@ async fn ensure_schema_in(
         }
     }
     for migration in crate::migrations() {
+        if let Some(run) = online {
+            run.prepare(migration.name()).await?;
+        }
         migration.up(manager).await?;
+    }
+    if let Some(run) = online {
+        report.online = run.take_changes();
     }
 
     let after = inspect::inspect(manager, dialect).await?;

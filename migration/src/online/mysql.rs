@@ -1,0 +1,433 @@
+//! MySQL/MariaDB: InnoDB online DDL, on one connection of the pool held for a step (its
+//! `lock_wait_timeout` bounds each `ALTER TABLE`'s metadata lock, which writers queue
+//! behind).
+//!
+//! Indexes are `ALGORITHM=INPLACE, LOCK=NONE`, generated columns included: the index of
+//! a STORED generated column reads it like any other column. Columns take the strongest
+//! form the server accepts, tried in order: `INSTANT`, `INPLACE, LOCK=NONE`,
+//! `COPY, LOCK=SHARED`. Adding a STORED generated column is always a copy (MariaDB 10.11
+//! and MySQL 8 refuse INPLACE for it): reads go on, writes wait for the copy. The frozen
+//! migrations made those columns STORED, so an online run cannot avoid it; it reports
+//! the change as [`Method::Copy`].
+//!
+//! Each statement states the definition of the frozen migration that builds the same
+//! index or column (the snapshot tests compare the schemas both ways leave).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use sea_orm_migration::prelude::*;
+// Every statement run here is one of this file's constants, or one made of this
+// crate's index names and numbers: nothing comes from input.
+use sea_orm_migration::sea_orm::sqlx::{
+    self, AssertSqlSafe, MySqlConnection, pool::PoolConnection,
+};
+use sea_orm_migration::sea_orm::{DatabaseConnectionType, RuntimeErr};
+
+use super::{Method, OnlineError, Run, retry_pause};
+use crate::m20261130_000002_task_dedup_active_resource_uidx::cancel_duplicate_active;
+use crate::m20261201_000005_task_dedup_serial_per_key::exempt_running_duplicates;
+use crate::sql::{self, Dialect};
+
+// m20261130_000001_task_dedup_create_task_run (on a table that exists already)
+const LOOKUP_INDEX: &str = "ALTER TABLE task_run ADD INDEX task_run_lookup_idx \
+    (user_id, task_type, resource_key, status, created_at)";
+const CLAIM_INDEX: &str =
+    "ALTER TABLE task_run ADD INDEX task_run_claim_idx (status, created_at, id)";
+
+// m20261130_000002_task_dedup_active_resource_uidx
+const ACTIVE_MARKER: &str = "ALTER TABLE task_run ADD COLUMN active_marker tinyint \
+    GENERATED ALWAYS AS (CASE WHEN status IN ('queued', 'running') THEN 1 END) STORED";
+const ACTIVE_INDEX: &str = "ALTER TABLE task_run ADD UNIQUE INDEX task_active_resource_uidx \
+    (user_id, task_type, resource_key, active_marker)";
+
+// m20261130_000003_task_dedup_scheduling
+const RUN_AT: &str = "ALTER TABLE task_run ADD COLUMN run_at datetime(6) NOT NULL \
+    DEFAULT '1970-01-01 00:00:00.000000'";
+const PRIORITY: &str = "ALTER TABLE task_run ADD COLUMN priority smallint NOT NULL DEFAULT 0";
+/// One statement, as in the migration: the table is never without its claim index.
+const SCHEDULED_CLAIM_INDEX: &str = "ALTER TABLE task_run DROP INDEX task_run_claim_idx, \
+    ADD INDEX task_run_claim_idx (status, priority DESC, run_at, created_at, id)";
+const SCHEDULED_CLAIM_INDEX_ONLY: &str = "ALTER TABLE task_run \
+    ADD INDEX task_run_claim_idx (status, priority DESC, run_at, created_at, id)";
+
+// m20261130_000004_task_dedup_scopes: the migration's one ALTER TABLE, in three.
+const SCOPE: &str = "ALTER TABLE task_run ADD COLUMN scope varchar(16) NOT NULL DEFAULT 'active'";
+const WINDOW: &str = "ALTER TABLE task_run ADD COLUMN dedup_window_end bigint NOT NULL DEFAULT 0";
+const OCCUPIED: &str = "ALTER TABLE task_run ADD COLUMN occupied tinyint GENERATED ALWAYS AS \
+    (CASE WHEN ((scope = 'active' AND status IN ('queued', 'running')) \
+    OR (scope = 'queued' AND status = 'queued') OR scope = 'period') THEN 1 END) STORED";
+/// One statement: the table always has one of the two unique indexes.
+const OCCUPIED_INDEX: &str = "ALTER TABLE task_run DROP INDEX task_active_resource_uidx, \
+    ADD UNIQUE INDEX task_active_resource_uidx \
+    (user_id, task_type, resource_key, dedup_window_end, occupied)";
+const OCCUPIED_INDEX_ONLY: &str = "ALTER TABLE task_run ADD UNIQUE INDEX task_active_resource_uidx \
+    (user_id, task_type, resource_key, dedup_window_end, occupied)";
+const DROP_ACTIVE_MARKER: &str = "ALTER TABLE task_run DROP COLUMN active_marker";
+
+// m20261201_000005_task_dedup_serial_per_key
+const CONCURRENT: &str =
+    "ALTER TABLE task_run ADD COLUMN concurrent boolean NOT NULL DEFAULT false";
+const RUNNING_SLOT: &str = "ALTER TABLE task_run ADD COLUMN running_slot tinyint \
+    GENERATED ALWAYS AS (CASE WHEN (status = 'running' AND NOT concurrent) THEN 1 END) STORED";
+const RUNNING_INDEX: &str = "ALTER TABLE task_run ADD UNIQUE INDEX task_running_resource_uidx \
+    (user_id, task_type, resource_key, running_slot)";
+
+// m20261202_000006_task_dedup_maintenance (the table of paused types is the migration's)
+const FINISHED_INDEX: &str =
+    "ALTER TABLE task_run ADD INDEX task_run_finished_idx (status, finished_at)";
+
+// m20261202_000007_task_dedup_admin
+const ADMIN_INDEXES: [(&str, &str); 3] = [
+    (
+        "task_run_status_created_idx",
+        "ALTER TABLE task_run ADD INDEX task_run_status_created_idx (status, created_at, id)",
+    ),
+    (
+        "task_run_type_status_created_idx",
+        "ALTER TABLE task_run ADD INDEX task_run_type_status_created_idx \
+         (task_type, status, created_at, id)",
+    ),
+    (
+        "task_run_created_idx",
+        "ALTER TABLE task_run ADD INDEX task_run_created_idx (created_at, id)",
+    ),
+];
+
+/// The forms of an `ALTER TABLE`, strongest first, and what each means for writers.
+const COLUMN_FORMS: [(&str, Method); 3] = [
+    (", ALGORITHM=INSTANT", Method::Instant),
+    (", ALGORITHM=INPLACE, LOCK=NONE", Method::InPlace),
+    (", ALGORITHM=COPY, LOCK=SHARED", Method::Copy),
+];
+const INDEX_FORMS: [(&str, Method); 2] = [
+    (", ALGORITHM=INPLACE, LOCK=NONE", Method::InPlace),
+    (", ALGORITHM=COPY, LOCK=SHARED", Method::Copy),
+];
+
+/// The server refuses the ALGORITHM or LOCK asked for (it names the one it would take).
+const ER_ALTER_OPERATION_NOT_SUPPORTED: u16 = 1845;
+const ER_ALTER_OPERATION_NOT_SUPPORTED_REASON: u16 = 1846;
+/// A retry can get past these: `lock_wait_timeout` expired, a deadlock.
+const ER_LOCK_WAIT_TIMEOUT: u16 = 1205;
+const ER_LOCK_DEADLOCK: u16 = 1213;
+/// A unique build met duplicates (also those written while it ran, or InnoDB's
+/// spurious ones under concurrent writes).
+const ER_DUP_ENTRY: u16 = 1062;
+
+/// What a unique build resolves before each attempt.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Dedup {
+    Nothing,
+    Active,
+    Running,
+}
+
+/// Builds, online, what migration `name` builds; leaves the rest to the migration.
+pub(super) async fn prepare(run: &Run<'_>, name: &str) -> Result<(), OnlineError> {
+    let manager = run.manager();
+    let mut conn = Session::open(run).await?;
+    match name {
+        "m20261130_000001_task_dedup_create_task_run" => {
+            if !manager.has_table("task_run").await? {
+                return Ok(());
+            }
+            conn.index(
+                run,
+                name,
+                ("task_run_lookup_idx", LOOKUP_INDEX),
+                Dedup::Nothing,
+            )
+            .await?;
+            if !manager.has_column("task_run", "priority").await? {
+                conn.index(
+                    run,
+                    name,
+                    ("task_run_claim_idx", CLAIM_INDEX),
+                    Dedup::Nothing,
+                )
+                .await?;
+            }
+        }
+        "m20261130_000002_task_dedup_active_resource_uidx" => {
+            if manager.has_column("task_run", "dedup_window_end").await? {
+                return Ok(());
+            }
+            conn.column(run, name, "active_marker", ACTIVE_MARKER)
+                .await?;
+            let active = ("task_active_resource_uidx", ACTIVE_INDEX);
+            conn.index(run, name, active, Dedup::Active).await?;
+        }
+        "m20261130_000003_task_dedup_scheduling" => {
+            conn.column(run, name, "run_at", RUN_AT).await?;
+            conn.column(run, name, "priority", PRIORITY).await?;
+            let columns =
+                sql::index_columns(&manager, Dialect::MySql, "task_run_claim_idx").await?;
+            if !columns.iter().any(|c| c == "priority") {
+                let sql = if columns.is_empty() {
+                    SCHEDULED_CLAIM_INDEX_ONLY
+                } else {
+                    SCHEDULED_CLAIM_INDEX
+                };
+                conn.alter(
+                    run,
+                    name,
+                    "task_run_claim_idx",
+                    sql,
+                    &INDEX_FORMS,
+                    Dedup::Nothing,
+                )
+                .await?;
+            }
+        }
+        "m20261130_000004_task_dedup_scopes" => {
+            conn.column(run, name, "scope", SCOPE).await?;
+            conn.column(run, name, "dedup_window_end", WINDOW).await?;
+            let columns =
+                sql::index_columns(&manager, Dialect::MySql, "task_active_resource_uidx").await?;
+            if !columns.iter().any(|c| c == "dedup_window_end") {
+                conn.column(run, name, "occupied", OCCUPIED).await?;
+                let sql = if columns.is_empty() {
+                    OCCUPIED_INDEX_ONLY
+                } else {
+                    OCCUPIED_INDEX
+                };
+                let object = "task_active_resource_uidx";
+                conn.alter(run, name, object, sql, &INDEX_FORMS, Dedup::Nothing)
+                    .await?;
+            }
+            if manager.has_column("task_run", "active_marker").await? {
+                let object = "drop column active_marker";
+                conn.alter(
+                    run,
+                    name,
+                    object,
+                    DROP_ACTIVE_MARKER,
+                    &COLUMN_FORMS,
+                    Dedup::Nothing,
+                )
+                .await?;
+            }
+        }
+        "m20261201_000005_task_dedup_serial_per_key" => {
+            conn.column(run, name, "concurrent", CONCURRENT).await?;
+            if !manager
+                .has_index("task_run", "task_running_resource_uidx")
+                .await?
+            {
+                conn.column(run, name, "running_slot", RUNNING_SLOT).await?;
+                let running = ("task_running_resource_uidx", RUNNING_INDEX);
+                conn.index(run, name, running, Dedup::Running).await?;
+            }
+        }
+        "m20261202_000006_task_dedup_maintenance" => {
+            let finished = ("task_run_finished_idx", FINISHED_INDEX);
+            conn.index(run, name, finished, Dedup::Nothing).await?;
+        }
+        "m20261202_000007_task_dedup_admin" => {
+            for index in ADMIN_INDEXES {
+                conn.index(run, name, index, Dedup::Nothing).await?;
+            }
+        }
+        other => return Err(super::unplanned(other)),
+    }
+    Ok(())
+}
+
+/// Runs an `ALTER TABLE` of the compat patch in the strongest form the server accepts.
+pub(super) async fn alter(
+    run: &Run<'_>,
+    migration: &str,
+    object: &str,
+    sql: &str,
+) -> Result<(), OnlineError> {
+    let mut conn = Session::open(run).await?;
+    conn.alter(run, migration, object, sql, &COLUMN_FORMS, Dedup::Nothing)
+        .await
+}
+
+/// One connection of the pool, held for a step.
+struct Session {
+    conn: PoolConnection<sqlx::MySql>,
+}
+
+impl Session {
+    async fn open(run: &Run<'_>) -> Result<Session, DbErr> {
+        let DatabaseConnectionType::SqlxMySqlPoolConnection(_) = &run.db.inner else {
+            return Err(DbErr::BackendNotSupported {
+                db: "MySQL without a sqlx pool",
+                ctx: "task-dedup-migration online builds",
+            });
+        };
+        let mut conn = run
+            .db
+            .get_mysql_connection_pool()
+            .acquire()
+            .await
+            .map_err(db_err)?;
+        // Its `lock_wait_timeout` must not reach the pool's other users.
+        conn.close_on_drop();
+        Ok(Session { conn })
+    }
+
+    /// Bounds the metadata lock waits of the next `ALTER TABLE`: `lock_timeout` times the
+    /// attempt's number (a busy table gets a longer wait each time), in whole seconds.
+    async fn lock_wait(&mut self, run: &Run<'_>, attempt: u32) -> Result<(), DbErr> {
+        let seconds = (run.options.lock_timeout.as_secs_f64() * f64::from(attempt))
+            .ceil()
+            .max(1.0);
+        self.exec(&format!("SET SESSION lock_wait_timeout = {seconds}"))
+            .await
+            .map_err(db_err)
+    }
+
+    async fn exec(&mut self, sql: &str) -> Result<(), sqlx::Error> {
+        let conn: &mut MySqlConnection = &mut self.conn;
+        sqlx::raw_sql(AssertSqlSafe(sql.to_owned()))
+            .execute(conn)
+            .await
+            .map(|_| ())
+    }
+
+    async fn pause(&mut self, run: &Run<'_>, attempt: u32) -> Result<(), DbErr> {
+        let seconds = retry_pause(run.options, attempt).as_secs_f64();
+        self.exec(&format!("DO SLEEP({seconds})"))
+            .await
+            .map_err(db_err)
+    }
+
+    /// Adds a column unless the table has it, in the strongest form the server takes.
+    async fn column(
+        &mut self,
+        run: &Run<'_>,
+        migration: &str,
+        column: &str,
+        sql: &str,
+    ) -> Result<(), OnlineError> {
+        if run.manager().has_column("task_run", column).await? {
+            return Ok(());
+        }
+        let object = format!("column {column}");
+        self.alter(run, migration, &object, sql, &COLUMN_FORMS, Dedup::Nothing)
+            .await
+    }
+
+    /// Adds index `name` unless the table has it (InnoDB leaves nothing of a failed
+    /// build).
+    async fn index(
+        &mut self,
+        run: &Run<'_>,
+        migration: &str,
+        (name, sql): (&str, &str),
+        dedup: Dedup,
+    ) -> Result<(), OnlineError> {
+        if run.manager().has_index("task_run", name).await? {
+            return Ok(());
+        }
+        self.alter(run, migration, name, sql, &INDEX_FORMS, dedup)
+            .await
+    }
+
+    /// Runs `sql` in the first of `forms` the server accepts, retrying lock timeouts and
+    /// deadlocks, and (when `dedup` resolves them) duplicates written during the build.
+    async fn alter(
+        &mut self,
+        run: &Run<'_>,
+        migration: &str,
+        object: &str,
+        sql: &str,
+        forms: &[(&str, Method)],
+        dedup: Dedup,
+    ) -> Result<(), OnlineError> {
+        let started = Instant::now();
+        let manager = run.manager();
+        let mut resolved = 0;
+        let mut attempt = 1;
+        let mut form = 0;
+        loop {
+            let resolution = match dedup {
+                Dedup::Nothing => Ok(0),
+                Dedup::Active => cancel_duplicate_active(&manager).await,
+                Dedup::Running => exempt_running_duplicates(&manager).await,
+            };
+            resolved += match resolution {
+                Ok(n) => n,
+                Err(err) if super::is_deadlock(&err) && attempt < run.options.attempts => {
+                    self.pause(run, attempt).await?;
+                    attempt += 1;
+                    continue;
+                }
+                Err(err) => return Err(err.into()),
+            };
+            let (mut clause, mut method) = forms[form];
+            // Duplicates that keep arriving (a race-prone writer faster than one build)
+            // would fail every online attempt: the second half of the attempts blocks
+            // writes for the build, so that only the moment between the resolution and
+            // the build's start is left to them.
+            if dedup != Dedup::Nothing && attempt > run.options.attempts / 2 && form == 0 {
+                (clause, method) = (", ALGORITHM=INPLACE, LOCK=SHARED", Method::InPlaceShared);
+            }
+            self.lock_wait(run, attempt).await?;
+            let Err(err) = self.exec(&format!("{sql}{clause}")).await else {
+                run.record(
+                    migration,
+                    object.to_owned(),
+                    method,
+                    started,
+                    attempt,
+                    resolved,
+                );
+                return Ok(());
+            };
+            let number = number(&err);
+            if matches!(
+                number,
+                Some(ER_ALTER_OPERATION_NOT_SUPPORTED | ER_ALTER_OPERATION_NOT_SUPPORTED_REASON)
+            ) && form + 1 < forms.len()
+            {
+                form += 1;
+                continue;
+            }
+            let again = match number {
+                // Also retried without anything to resolve: InnoDB's online build of a
+                // unique index can report a duplicate that never existed, when
+                // concurrent writes change a key back and forth while it runs (seen on
+                // MariaDB 10.11 rebuilding task_active_resource_uidx, which the old
+                // index kept unique, under 16 writers). A real one fails every attempt.
+                Some(ER_DUP_ENTRY) => true,
+                Some(ER_LOCK_WAIT_TIMEOUT | ER_LOCK_DEADLOCK) => true,
+                _ => false,
+            };
+            if !again || attempt >= run.options.attempts {
+                return Err(gave_up(object, attempt, err));
+            }
+            self.pause(run, attempt).await?;
+            attempt += 1;
+        }
+    }
+}
+
+fn number(err: &sqlx::Error) -> Option<u16> {
+    err.as_database_error()
+        .and_then(|e| e.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>())
+        .map(|e| e.number())
+}
+
+fn gave_up(object: &str, attempts: u32, err: sqlx::Error) -> OnlineError {
+    let why = match number(&err) {
+        Some(ER_LOCK_WAIT_TIMEOUT) => "lock_wait_timeout expired each time",
+        Some(ER_LOCK_DEADLOCK) => "deadlocks",
+        Some(ER_DUP_ENTRY) => "duplicates in the table",
+        _ => "an error a retry does not get past",
+    };
+    OnlineError::GaveUp {
+        object: object.to_owned(),
+        attempts,
+        why,
+        last: db_err(err),
+    }
+}
+
+fn db_err(err: sqlx::Error) -> DbErr {
+    DbErr::Exec(RuntimeErr::SqlxError(Arc::new(err)))
+}

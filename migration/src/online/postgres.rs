@@ -1,0 +1,459 @@
+//! PostgreSQL: every index `CONCURRENTLY`, on one connection of the pool held for the
+//! run (its `lock_timeout` is the session's), outside any transaction.
+//!
+//! Each statement states the definition of the frozen migration that builds the same
+//! index or column, word for word but for `CONCURRENTLY` (the snapshot tests compare the
+//! schemas both ways leave).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use sea_orm_migration::prelude::*;
+// Every statement run here is one of this file's constants, or one made of this
+// crate's index names and numbers: nothing comes from input.
+use sea_orm_migration::sea_orm::sqlx::{self, AssertSqlSafe, PgConnection, pool::PoolConnection};
+use sea_orm_migration::sea_orm::{DatabaseConnectionType, RuntimeErr};
+
+use super::{Method, OnlineError, Run, retry_pause};
+use crate::m20261130_000002_task_dedup_active_resource_uidx::cancel_duplicate_active;
+use crate::m20261201_000005_task_dedup_serial_per_key::exempt_running_duplicates;
+use crate::sql::{self, Dialect};
+
+/// Whether index `$1` of `task_run` exists, and whether it is valid.
+const INDEX_STATE: &str = "SELECT i.indisvalid AS valid FROM pg_index i \
+    JOIN pg_class c ON c.oid = i.indexrelid \
+    WHERE i.indrelid = to_regclass('task_run') AND c.relname = $1";
+
+/// The indexes task-dedup builds, final and interim names: the INVALID ones among them
+/// are dropped by [`repair`] and built again.
+const OURS: [&str; 10] = [
+    "task_run_lookup_idx",
+    "task_run_claim_idx",
+    CLAIM_INTERIM,
+    "task_active_resource_uidx",
+    OCCUPIED_INTERIM,
+    "task_running_resource_uidx",
+    "task_run_finished_idx",
+    "task_run_status_created_idx",
+    "task_run_type_status_created_idx",
+    "task_run_created_idx",
+];
+
+// m20261130_000001_task_dedup_create_task_run (on a table that exists already).
+const LOOKUP_INDEX: &str = "CREATE INDEX CONCURRENTLY task_run_lookup_idx ON task_run \
+    (user_id, task_type, resource_key, status, created_at)";
+const CLAIM_INDEX: &str =
+    "CREATE INDEX CONCURRENTLY task_run_claim_idx ON task_run (status, created_at, id)";
+
+// m20261130_000002_task_dedup_active_resource_uidx
+const ACTIVE_INDEX: &str = "CREATE UNIQUE INDEX CONCURRENTLY \"task_active_resource_uidx\" \
+    ON \"task_run\" (\"user_id\", \"task_type\", \"resource_key\") \
+    WHERE status IN ('queued', 'running')";
+
+// m20261130_000003_task_dedup_scheduling: the claim index is built under an interim name,
+// the old one dropped and the new one renamed.
+const RUN_AT: &str = "ALTER TABLE task_run ADD COLUMN IF NOT EXISTS run_at \
+    timestamp with time zone NOT NULL DEFAULT '1970-01-01 00:00:00+00'";
+const PRIORITY: &str =
+    "ALTER TABLE task_run ADD COLUMN IF NOT EXISTS priority smallint NOT NULL DEFAULT 0";
+const CLAIM_INTERIM: &str = "task_run_claim_idx_online";
+const SCHEDULED_CLAIM_INDEX: &str = "CREATE INDEX CONCURRENTLY task_run_claim_idx_online \
+    ON task_run (status, priority DESC, run_at, created_at, id)";
+
+// m20261130_000004_task_dedup_scopes: the unique index likewise (the frozen migration
+// uses the same interim name).
+const SCOPE: &str = "ALTER TABLE task_run ADD COLUMN IF NOT EXISTS scope \
+    varchar(16) NOT NULL DEFAULT 'active'";
+const WINDOW: &str = "ALTER TABLE task_run ADD COLUMN IF NOT EXISTS \
+    dedup_window_end bigint NOT NULL DEFAULT 0";
+const OCCUPIED_INTERIM: &str = "task_run_occupied_uidx";
+const OCCUPIED_INDEX: &str = "CREATE UNIQUE INDEX CONCURRENTLY task_run_occupied_uidx ON task_run \
+    (user_id, task_type, resource_key, dedup_window_end) \
+    WHERE ((scope = 'active' AND status IN ('queued', 'running')) \
+    OR (scope = 'queued' AND status = 'queued') OR scope = 'period')";
+
+// m20261201_000005_task_dedup_serial_per_key
+const CONCURRENT: &str = "ALTER TABLE task_run ADD COLUMN IF NOT EXISTS concurrent \
+    boolean NOT NULL DEFAULT false";
+const RUNNING_INDEX: &str = "CREATE UNIQUE INDEX CONCURRENTLY task_running_resource_uidx \
+    ON task_run (user_id, task_type, resource_key) \
+    WHERE (status = 'running' AND NOT concurrent)";
+
+// m20261202_000006_task_dedup_maintenance (the table of paused types is the migration's)
+const FINISHED_INDEX: &str =
+    "CREATE INDEX CONCURRENTLY task_run_finished_idx ON task_run (status, finished_at)";
+
+// m20261202_000007_task_dedup_admin
+const ADMIN_INDEXES: [(&str, &str); 3] = [
+    (
+        "task_run_status_created_idx",
+        "CREATE INDEX CONCURRENTLY task_run_status_created_idx ON task_run \
+         (status, created_at, id)",
+    ),
+    (
+        "task_run_type_status_created_idx",
+        "CREATE INDEX CONCURRENTLY task_run_type_status_created_idx ON task_run \
+         (task_type, status, created_at, id)",
+    ),
+    (
+        "task_run_created_idx",
+        "CREATE INDEX CONCURRENTLY task_run_created_idx ON task_run (created_at, id)",
+    ),
+];
+
+/// SQLSTATEs a retry can get past: `lock_timeout` expired, a deadlock (two builds, or a
+/// build and a writer), and a unique build that met duplicates.
+const LOCK_NOT_AVAILABLE: &str = "55P03";
+const DEADLOCK_DETECTED: &str = "40P01";
+const UNIQUE_VIOLATION: &str = "23505";
+
+/// What a unique build resolves before each attempt.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Dedup {
+    /// Not a unique index, or one whose duplicates cannot arise from older writers.
+    Nothing,
+    /// Active duplicates of a key: the oldest stays, the others are cancelled.
+    Active,
+    /// Running tasks of a key: the oldest keeps the run, the others become `concurrent`.
+    Running,
+}
+
+/// Builds, online, what migration `name` builds; leaves the rest to the migration.
+pub(super) async fn prepare(run: &Run<'_>, name: &str) -> Result<(), OnlineError> {
+    let manager = run.manager();
+    let mut conn = Session::open(run).await?;
+    match name {
+        "m20261130_000001_task_dedup_create_task_run" => {
+            if !manager.has_table("task_run").await? {
+                return Ok(());
+            }
+            let lookup = ("task_run_lookup_idx", LOOKUP_INDEX);
+            conn.index(run, name, lookup, Dedup::Nothing).await?;
+            // With `priority` there, the scheduling step builds the claim index it wants.
+            if !manager.has_column("task_run", "priority").await? {
+                let claim = ("task_run_claim_idx", CLAIM_INDEX);
+                conn.index(run, name, claim, Dedup::Nothing).await?;
+            }
+        }
+        "m20261130_000002_task_dedup_active_resource_uidx" => {
+            // With the scopes' window there, the scopes step builds the index it wants.
+            if !manager.has_column("task_run", "dedup_window_end").await? {
+                let active = ("task_active_resource_uidx", ACTIVE_INDEX);
+                conn.index(run, name, active, Dedup::Active).await?;
+            }
+        }
+        "m20261130_000003_task_dedup_scheduling" => {
+            conn.column(run, name, "run_at", RUN_AT).await?;
+            conn.column(run, name, "priority", PRIORITY).await?;
+            let columns = sql::index_columns(&manager, Dialect::Postgres, "task_run_claim_idx");
+            if !columns.await?.iter().any(|c| c == "priority") {
+                let interim = (CLAIM_INTERIM, SCHEDULED_CLAIM_INDEX);
+                conn.index(run, name, interim, Dedup::Nothing).await?;
+                conn.replace(run, name, "task_run_claim_idx", CLAIM_INTERIM)
+                    .await?;
+            }
+        }
+        "m20261130_000004_task_dedup_scopes" => {
+            conn.column(run, name, "scope", SCOPE).await?;
+            conn.column(run, name, "dedup_window_end", WINDOW).await?;
+            let columns =
+                sql::index_columns(&manager, Dialect::Postgres, "task_active_resource_uidx");
+            if !columns.await?.iter().any(|c| c == "dedup_window_end") {
+                let interim = (OCCUPIED_INTERIM, OCCUPIED_INDEX);
+                conn.index(run, name, interim, Dedup::Nothing).await?;
+                conn.replace(run, name, "task_active_resource_uidx", OCCUPIED_INTERIM)
+                    .await?;
+            }
+        }
+        "m20261201_000005_task_dedup_serial_per_key" => {
+            conn.column(run, name, "concurrent", CONCURRENT).await?;
+            let running = ("task_running_resource_uidx", RUNNING_INDEX);
+            conn.index(run, name, running, Dedup::Running).await?;
+        }
+        "m20261202_000006_task_dedup_maintenance" => {
+            let finished = ("task_run_finished_idx", FINISHED_INDEX);
+            conn.index(run, name, finished, Dedup::Nothing).await?;
+        }
+        "m20261202_000007_task_dedup_admin" => {
+            for index in ADMIN_INDEXES {
+                conn.index(run, name, index, Dedup::Nothing).await?;
+            }
+        }
+        other => return Err(super::unplanned(other)),
+    }
+    Ok(())
+}
+
+/// Runs an `ALTER TABLE` of the compat patch under `lock_timeout`, retried.
+pub(super) async fn alter(
+    run: &Run<'_>,
+    migration: &str,
+    object: &str,
+    sql: &str,
+) -> Result<(), OnlineError> {
+    let started = Instant::now();
+    let attempts = Session::open(run).await?.brief(run, object, sql).await?;
+    run.record(
+        migration,
+        object.to_owned(),
+        Method::Instant,
+        started,
+        attempts,
+        0,
+    );
+    Ok(())
+}
+
+/// Drops task-dedup's INVALID indexes, `CONCURRENTLY`; returns their names.
+pub(super) async fn repair(run: &Run<'_>) -> Result<Vec<String>, OnlineError> {
+    let invalid = super::invalid_indexes(run.db).await?;
+    let ours: Vec<String> = invalid
+        .into_iter()
+        .filter(|name| OURS.contains(&name.as_str()))
+        .collect();
+    if ours.is_empty() {
+        return Ok(ours);
+    }
+    let mut conn = Session::open(run).await?;
+    for name in &ours {
+        tracing::warn!("index {name} is INVALID (a failed or killed build): dropping it");
+        conn.drop_index(run, "repair", name).await?;
+    }
+    Ok(ours)
+}
+
+/// One connection of the pool, held for a step.
+struct Session {
+    conn: PoolConnection<sqlx::Postgres>,
+}
+
+impl Session {
+    async fn open(run: &Run<'_>) -> Result<Session, DbErr> {
+        let DatabaseConnectionType::SqlxPostgresPoolConnection(_) = &run.db.inner else {
+            return Err(DbErr::BackendNotSupported {
+                db: "PostgreSQL without a sqlx pool",
+                ctx: "task-dedup-migration online builds",
+            });
+        };
+        let mut conn = run
+            .db
+            .get_postgres_connection_pool()
+            .acquire()
+            .await
+            .map_err(db_err)?;
+        // Its `lock_timeout` must not reach the pool's other users.
+        conn.close_on_drop();
+        Ok(Session { conn })
+    }
+
+    /// Runs `sql` with `lock_timeout` set to `timeout_ms` (0: no limit).
+    async fn exec(&mut self, timeout_ms: u128, sql: &str) -> Result<(), sqlx::Error> {
+        let conn: &mut PgConnection = &mut self.conn;
+        sqlx::raw_sql(AssertSqlSafe(format!("SET lock_timeout = {timeout_ms}")))
+            .execute(&mut *conn)
+            .await?;
+        sqlx::raw_sql(AssertSqlSafe(sql.to_owned()))
+            .execute(&mut *conn)
+            .await?;
+        Ok(())
+    }
+
+    async fn pause(&mut self, run: &Run<'_>, attempt: u32) -> Result<(), DbErr> {
+        let seconds = retry_pause(run.options, attempt).as_secs_f64();
+        let conn: &mut PgConnection = &mut self.conn;
+        sqlx::raw_sql(AssertSqlSafe(format!("SELECT pg_sleep({seconds})")))
+            .execute(conn)
+            .await
+            .map_err(db_err)?;
+        Ok(())
+    }
+
+    /// Whether index `name` exists (`Some`), and is valid.
+    async fn index_state(&mut self, name: &str) -> Result<Option<bool>, DbErr> {
+        let conn: &mut PgConnection = &mut self.conn;
+        sqlx::query_scalar::<_, bool>(INDEX_STATE)
+            .bind(name)
+            .fetch_optional(conn)
+            .await
+            .map_err(db_err)
+    }
+
+    /// Runs a statement that takes a lock writers queue behind (ACCESS EXCLUSIVE for an
+    /// `ADD COLUMN`), bounded by `lock_timeout` (times the attempt's number: a busy
+    /// table gets a longer wait each time), retried when it expires.
+    async fn brief(&mut self, run: &Run<'_>, object: &str, sql: &str) -> Result<u32, OnlineError> {
+        let mut attempt = 1;
+        loop {
+            let timeout_ms = run.options.lock_timeout.as_millis() * u128::from(attempt);
+            match self.exec(timeout_ms, sql).await {
+                Ok(()) => return Ok(attempt),
+                Err(err) if retryable(&err) && attempt < run.options.attempts => {
+                    self.pause(run, attempt).await?;
+                    attempt += 1;
+                }
+                Err(err) => return Err(gave_up(object, attempt, err)),
+            }
+        }
+    }
+
+    /// Adds a column unless the table has it.
+    async fn column(
+        &mut self,
+        run: &Run<'_>,
+        migration: &str,
+        column: &str,
+        sql: &str,
+    ) -> Result<(), OnlineError> {
+        if run.manager().has_column("task_run", column).await? {
+            return Ok(());
+        }
+        let started = Instant::now();
+        let attempts = self.brief(run, column, sql).await?;
+        let object = format!("column {column}");
+        run.record(migration, object, Method::Instant, started, attempts, 0);
+        Ok(())
+    }
+
+    /// Builds index `name` with `sql` unless it exists and is valid; drops an INVALID
+    /// one first. A unique build resolves the duplicates of `dedup` before each attempt;
+    /// one that fails (duplicates written meanwhile, a lock, a deadlock) leaves an
+    /// INVALID index, which is dropped before the next attempt.
+    async fn index(
+        &mut self,
+        run: &Run<'_>,
+        migration: &str,
+        (name, sql): (&str, &str),
+        dedup: Dedup,
+    ) -> Result<(), OnlineError> {
+        match self.index_state(name).await? {
+            Some(true) => return Ok(()),
+            Some(false) => self.drop_index(run, migration, name).await?,
+            None => {}
+        }
+        let started = Instant::now();
+        let manager = run.manager();
+        let mut resolved = 0;
+        let mut attempt = 1;
+        loop {
+            let resolution = match dedup {
+                Dedup::Nothing => Ok(0),
+                Dedup::Active => cancel_duplicate_active(&manager).await,
+                Dedup::Running => exempt_running_duplicates(&manager).await,
+            };
+            resolved += match resolution {
+                Ok(n) => n,
+                Err(err) if super::is_deadlock(&err) && attempt < run.options.attempts => {
+                    self.pause(run, attempt).await?;
+                    attempt += 1;
+                    continue;
+                }
+                Err(err) => return Err(err.into()),
+            };
+            // No lock_timeout: the build waits for older transactions, and no writer
+            // waits for it (SHARE UPDATE EXCLUSIVE).
+            let outcome = self.exec(0, sql).await;
+            let Err(err) = outcome else { break };
+            let again = match code(&err).as_deref() {
+                Some(UNIQUE_VIOLATION) => dedup != Dedup::Nothing,
+                _ => retryable(&err),
+            };
+            if !again || attempt >= run.options.attempts {
+                // A connection lost with the build leaves the index to the next run.
+                let _ = self.drop_index(run, migration, name).await;
+                return Err(gave_up(name, attempt, err));
+            }
+            self.drop_index(run, migration, name).await?;
+            self.pause(run, attempt).await?;
+            attempt += 1;
+        }
+        let object = name.to_owned();
+        run.record(
+            migration,
+            object,
+            Method::Concurrently,
+            started,
+            attempt,
+            resolved,
+        );
+        Ok(())
+    }
+
+    /// `DROP INDEX CONCURRENTLY IF EXISTS`.
+    async fn drop_index(
+        &mut self,
+        run: &Run<'_>,
+        migration: &str,
+        name: &str,
+    ) -> Result<(), OnlineError> {
+        if self.index_state(name).await?.is_none() {
+            return Ok(());
+        }
+        let started = Instant::now();
+        let sql = format!("DROP INDEX CONCURRENTLY IF EXISTS {name}");
+        let mut attempt = 1;
+        loop {
+            match self.exec(0, &sql).await {
+                Ok(()) => break,
+                Err(err) if retryable(&err) && attempt < run.options.attempts => {
+                    self.pause(run, attempt).await?;
+                    attempt += 1;
+                }
+                Err(err) => return Err(gave_up(name, attempt, err)),
+            }
+        }
+        let object = format!("drop {name}");
+        run.record(migration, object, Method::Instant, started, attempt, 0);
+        Ok(())
+    }
+
+    /// Replaces index `target` by the valid index `interim`: drops `target`, then
+    /// renames `interim` (PostgreSQL 12 on: a SHARE UPDATE EXCLUSIVE lock). Both stand
+    /// until the drop, so a unique guarantee never lapses.
+    async fn replace(
+        &mut self,
+        run: &Run<'_>,
+        migration: &str,
+        target: &str,
+        interim: &str,
+    ) -> Result<(), OnlineError> {
+        self.drop_index(run, migration, target).await?;
+        let started = Instant::now();
+        let sql = format!("ALTER INDEX {interim} RENAME TO {target}");
+        let attempts = self.brief(run, target, &sql).await?;
+        let object = format!("rename {interim} to {target}");
+        run.record(migration, object, Method::Instant, started, attempts, 0);
+        Ok(())
+    }
+}
+
+fn code(err: &sqlx::Error) -> Option<String> {
+    err.as_database_error()
+        .and_then(|e| e.code())
+        .map(|code| code.into_owned())
+}
+
+fn retryable(err: &sqlx::Error) -> bool {
+    matches!(
+        code(err).as_deref(),
+        Some(LOCK_NOT_AVAILABLE | DEADLOCK_DETECTED)
+    )
+}
+
+fn gave_up(object: &str, attempts: u32, err: sqlx::Error) -> OnlineError {
+    let why = match code(&err).as_deref() {
+        Some(LOCK_NOT_AVAILABLE) => "lock_timeout expired each time",
+        Some(DEADLOCK_DETECTED) => "deadlocks",
+        Some(UNIQUE_VIOLATION) => "duplicates in the table",
+        _ => "an error a retry does not get past",
+    };
+    OnlineError::GaveUp {
+        object: object.to_owned(),
+        attempts,
+        why,
+        last: db_err(err),
+    }
+}
+
+fn db_err(err: sqlx::Error) -> DbErr {
+    DbErr::Exec(RuntimeErr::SqlxError(Arc::new(err)))
+}

@@ -1,0 +1,601 @@
+//! Online migrations (`task_dedup_migration::online`): the schema they leave is the one
+//! the migrations leave, step by step; duplicates written while a unique index builds
+//! are resolved and the build run again; a killed build's INVALID index is found, taken
+//! for absent by the guard, and built again; writers keep working through an upgrade.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use common::rows::{self, at, is_unique_violation};
+use common::{Dialect, TestDb};
+use sea_orm::{ConnectionTrait, DatabaseConnection, TransactionTrait};
+use sea_orm_migration::prelude::*;
+use task_dedup::TaskStatus::{Cancelled, Queued, Running, Succeeded};
+use task_dedup::{DedupError, NewTask, TaskDedup, TaskKey};
+use task_dedup_migration::Migrator;
+use task_dedup_migration::online::{
+    self, Method, OnlineError, OnlineOptions, OnlineReport, ensure_schema_online, up_online,
+};
+use tokio::sync::Barrier;
+
+matrix!(
+    online_steps_leave_the_schemas_of_the_migrations,
+    fresh_database_migrates_online_in_one_call,
+    ensure_schema_online_leaves_what_ensure_schema_leaves,
+);
+
+// SQLite: one writer at a time, whose migrations are not built online.
+server_matrix!(
+    writers_keep_working_through_an_online_upgrade,
+    unique_build_resolves_duplicates_written_while_it_waits,
+    killed_build_is_found_and_built_again,
+);
+
+const STEPS: u32 = 7;
+
+async fn schema(db: &TestDb) -> String {
+    common::schema::describe(&db.db, db.dialect).await
+}
+
+fn options() -> OnlineOptions {
+    let mut options = OnlineOptions::default();
+    options.retry_delay = Duration::from_millis(10);
+    options
+}
+
+/// The methods a dialect uses for indexes: every index online where the server can.
+fn assert_online(db: &TestDb, report: &OnlineReport) {
+    for change in &report.changes {
+        let index = !change.object.starts_with("column")
+            && !change.object.starts_with("drop")
+            && !change.object.starts_with("rename");
+        let expected: &[Method] = match db.dialect {
+            Dialect::Sqlite => &[Method::Blocking],
+            Dialect::Postgres if index => &[Method::Concurrently],
+            Dialect::Postgres => &[Method::Instant],
+            // A unique build that kept meeting duplicates of racing writers blocks
+            // writes for its last attempts.
+            Dialect::MySql if index => &[Method::InPlace, Method::InPlaceShared],
+            // Columns: the strongest form the server takes; STORED generated ones copy.
+            Dialect::MySql => &[Method::Instant, Method::InPlace, Method::Copy],
+        };
+        assert!(expected.contains(&change.method), "{change}");
+    }
+}
+
+/// Some history, queued and running tasks, on the table of the first step (only the
+/// columns it has).
+async fn seed(db: &TestDb) {
+    for n in 0..30 {
+        let status = [Succeeded, Succeeded, Cancelled, Queued, Running][n % 5];
+        rows::insert(&db.db, ("u", "t", &format!("r{n}")), status, at(n as i64))
+            .await
+            .expect("seed");
+    }
+}
+
+/// The schema `tests/migrations.rs` pins for `step` of the migrations as they are.
+fn pinned(db: &TestDb, step: usize) -> String {
+    let path = format!(
+        "{}/tests/snapshots/migrations__{}_step_{step}.snap",
+        env!("CARGO_MANIFEST_DIR"),
+        db.dialect.name()
+    );
+    let file = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    // insta's header: `---`, its fields, `---`; then the snapshot.
+    let body = file
+        .strip_prefix("---\n")
+        .and_then(|rest| rest.split_once("\n---\n"))
+        .map(|(_, body)| body)
+        .unwrap_or_else(|| panic!("{path}: not an insta snapshot"));
+    body.trim_end().to_owned()
+}
+
+/// Each migration applied online leaves exactly the schema it leaves when applied as
+/// is (the snapshots `tests/migrations.rs` pins), on a table with rows.
+async fn online_steps_leave_the_schemas_of_the_migrations(db: &TestDb) {
+    Migrator::up(&db.db, Some(1)).await.expect("first step");
+    assert_eq!(schema(db).await, pinned(db, 1));
+    seed(db).await;
+
+    for step in 2..=STEPS as usize {
+        let report = up_online(&db.db, Some(1), &options())
+            .await
+            .expect("one step online");
+        assert_eq!(report.applied.len(), 1);
+        assert!(!report.fresh);
+        assert_online(db, &report);
+        if db.dialect != Dialect::Sqlite {
+            assert!(
+                report
+                    .changes
+                    .iter()
+                    .all(|c| c.migration == report.applied[0]),
+                "{:?}",
+                report.changes
+            );
+        }
+        assert_eq!(
+            schema(db).await.trim_end(),
+            pinned(db, step),
+            "step {step} online"
+        );
+    }
+    assert!(
+        Migrator::get_pending_migrations(&db.db)
+            .await
+            .expect("status")
+            .is_empty()
+    );
+    assert_eq!(
+        rows::all(&db.db).await.len(),
+        30,
+        "every row is still there"
+    );
+    assert!(
+        online::invalid_indexes(&db.db)
+            .await
+            .expect("catalog")
+            .is_empty()
+    );
+}
+
+/// A fresh database: one call, the migrations as they are, every step recorded.
+async fn fresh_database_migrates_online_in_one_call(db: &TestDb) {
+    let report = up_online(&db.db, None, &options())
+        .await
+        .expect("online up");
+    assert!(report.fresh);
+    assert_eq!(report.applied.len(), STEPS as usize);
+    assert!(report.changes.iter().all(|c| c.method == Method::Blocking));
+    let online = schema(db).await;
+    Migrator::down(&db.db, None).await.expect("down");
+    Migrator::up(&db.db, None).await.expect("up");
+    assert_eq!(schema(db).await, online);
+    // Nothing left to do.
+    let again = up_online(&db.db, None, &options()).await.expect("again");
+    assert!(
+        again.applied.is_empty() && again.changes.is_empty(),
+        "{again:?}"
+    );
+}
+
+/// The legacy table of `tests/migrations.rs`: no unique index, some columns missing.
+async fn create_legacy_table(db: &TestDb) {
+    let (uuid, json, time) = match db.dialect {
+        Dialect::Sqlite => ("uuid_text", "json_text", "timestamp_with_timezone_text"),
+        Dialect::Postgres => ("uuid", "jsonb", "timestamptz"),
+        Dialect::MySql => ("binary(16)", "json", "datetime(6)"),
+    };
+    db.exec(&format!(
+        "CREATE TABLE task_run (
+            id {uuid} NOT NULL PRIMARY KEY,
+            user_id varchar(64) NOT NULL,
+            task_type varchar(64) NOT NULL,
+            resource_key varchar(255) NOT NULL,
+            status varchar(16) NOT NULL,
+            payload {json},
+            result {json},
+            error text,
+            attempts integer NOT NULL DEFAULT 0,
+            created_at {time} NOT NULL,
+            updated_at {time} NOT NULL
+        )"
+    ))
+    .await;
+    db.exec("CREATE INDEX legacy_status_idx ON task_run (status)")
+        .await;
+}
+
+/// The compat patch online: the same report and the same schema as `ensure_schema`.
+async fn ensure_schema_online_leaves_what_ensure_schema_leaves(db: &TestDb) {
+    if db.dialect == Dialect::Sqlite {
+        // ensure_schema_online is ensure_schema there; and the same DDL text twice on
+        // SQLite's pooled connections meets one that still sees the dropped table's
+        // index ("already exists").
+        return;
+    }
+    let key = ("u", "t", "doc");
+    let mut outcomes = Vec::new();
+    for online in [false, true] {
+        create_legacy_table(db).await;
+        let oldest = rows::insert(&db.db, key, Queued, at(0))
+            .await
+            .expect("seed");
+        let dup = rows::insert(&db.db, key, Running, at(1))
+            .await
+            .expect("seed");
+        let report = if online {
+            ensure_schema_online(&db.db, &options()).await
+        } else {
+            task_dedup_migration::ensure_schema(&db.db).await
+        }
+        .expect("compat patch");
+        assert_eq!(report.cancelled_duplicates, 1, "{report}");
+        let all = rows::all(&db.db).await;
+        let status = |id| all.iter().find(|row| row.id == id).expect("row").status;
+        assert_eq!((status(oldest), status(dup)), (Queued, Cancelled));
+        let err = rows::insert(&db.db, key, Running, at(3))
+            .await
+            .expect_err("the guarantee holds");
+        assert!(is_unique_violation(&err));
+        if online && db.dialect != Dialect::Sqlite {
+            assert!(
+                report
+                    .online
+                    .iter()
+                    .any(|c| c.object == "task_active_resource_uidx"),
+                "{:?}",
+                report.online
+            );
+            for change in &report.online {
+                if change.object.starts_with("task_") {
+                    assert_ne!(change.method, Method::Copy, "{change}");
+                }
+            }
+        }
+        let mut report = report;
+        report.online.clear();
+        outcomes.push((report, schema(db).await));
+        db.exec("DROP TABLE task_run").await;
+    }
+    assert_eq!(outcomes[0], outcomes[1]);
+}
+
+fn key(resource: &str) -> TaskKey {
+    TaskKey::new("user-1", "render", resource).expect("valid key")
+}
+
+/// An older, read-then-insert release enqueueing `resource` (only the columns of the
+/// first step): inserts unless an active task of the key shows. Returns whether it
+/// inserted; a unique violation (the index refused a duplicate) is `false`.
+async fn legacy_enqueue(db: &DatabaseConnection, dialect: Dialect, resource: &str) -> bool {
+    let holder = format!(
+        "SELECT COUNT(*) AS n FROM task_run WHERE user_id = 'legacy' AND task_type = 't' \
+         AND resource_key = '{resource}' AND status IN ('queued', 'running')"
+    );
+    if common::count(db, holder).await > 0 {
+        return false;
+    }
+    match rows::insert(db, ("legacy", "t", resource), Queued, chrono::Utc::now()).await {
+        Ok(_) => true,
+        Err(err) if is_unique_violation(&err) => false,
+        // InnoDB: inserters waiting on one key's index entry can deadlock (see
+        // SEAORM-NOTES); the insert is rolled back, as it would be without a migration.
+        Err(err) if dialect == Dialect::MySql && err.to_string().contains("1213") => false,
+        Err(err) => panic!("legacy enqueue failed: {err}"),
+    }
+}
+
+/// Writers run through an online upgrade from the first step to the last: an older
+/// release's read-then-insert enqueues (which race into duplicates until the unique
+/// index exists) and finishes. None of their statements fails, the upgrade completes,
+/// and afterwards every key has at most one active task, and `find_or_enqueue` works.
+/// Exact counts: every row a writer inserted is there.
+async fn writers_keep_working_through_an_online_upgrade(db: &TestDb) {
+    Migrator::up(&db.db, Some(1)).await.expect("first step");
+    seed(db).await;
+    const WRITERS: usize = 8;
+    let pool = db.pool(WRITERS as u32).await;
+    let start = Arc::new(Barrier::new(WRITERS + 1));
+    let done = Arc::new(AtomicBool::new(false));
+    let inserted = Arc::new(AtomicU64::new(0));
+    let mut writers = Vec::new();
+    for w in 0..WRITERS {
+        let (pool, start, done, inserted) = (
+            pool.db.clone(),
+            start.clone(),
+            done.clone(),
+            inserted.clone(),
+        );
+        let dialect = db.dialect;
+        writers.push(tokio::spawn(async move {
+            start.wait().await;
+            let mut n = 0u64;
+            // Until the upgrade is done, and at least 20 rounds.
+            while !done.load(Ordering::Acquire) || n < 20 {
+                let resource = format!("hot-{}", n % 4);
+                if legacy_enqueue(&pool, dialect, &resource).await {
+                    inserted.fetch_add(1, Ordering::Relaxed);
+                }
+                if (n + w as u64).is_multiple_of(3) {
+                    let finish = format!(
+                        "UPDATE task_run SET status = 'succeeded' WHERE user_id = 'legacy' \
+                         AND resource_key = '{resource}' AND status = 'queued'"
+                    );
+                    if let Err(err) = pool.execute_unprepared(&finish).await {
+                        let deadlock =
+                            dialect == Dialect::MySql && err.to_string().contains("1213");
+                        assert!(deadlock, "finish failed: {err}");
+                    }
+                }
+                n += 1;
+            }
+        }));
+    }
+    start.wait().await;
+    let report = up_online(&db.db, None, &options())
+        .await
+        .expect("online upgrade");
+    done.store(true, Ordering::Release);
+    for writer in writers {
+        writer.await.expect("no writer failed");
+    }
+    assert_eq!(report.applied.len(), STEPS as usize - 1);
+    assert_online(db, &report);
+
+    let legacy = common::count(
+        &db.db,
+        "SELECT COUNT(*) AS n FROM task_run WHERE user_id = 'legacy'",
+    )
+    .await;
+    assert_eq!(
+        legacy as u64,
+        inserted.load(Ordering::Relaxed),
+        "nothing lost"
+    );
+    let doubled = common::count(
+        &db.db,
+        "SELECT COUNT(*) AS n FROM (SELECT user_id, task_type, resource_key FROM task_run \
+         WHERE status IN ('queued', 'running') GROUP BY user_id, task_type, resource_key \
+         HAVING COUNT(*) > 1) d",
+    )
+    .await;
+    assert_eq!(doubled, 0, "at most one active task per key");
+    assert!(
+        online::invalid_indexes(&db.db)
+            .await
+            .expect("catalog")
+            .is_empty()
+    );
+    let first = db.db.find_or_enqueue(NewTask::new(key("after"))).await;
+    assert!(first.expect("enqueue after the upgrade").is_created());
+    let second = db.db.find_or_enqueue(NewTask::new(key("after"))).await;
+    assert!(!second.expect("hit").is_created());
+}
+
+/// A connection to the server's admin database, for watching and killing sessions.
+async fn admin(db: &TestDb) -> DatabaseConnection {
+    let (admin_url, _) = db.server().expect("a server dialect");
+    task_dedup::connect(admin_url)
+        .await
+        .expect("admin connection")
+}
+
+/// The session of a build that waits for a lock (PostgreSQL: for the writers older than
+/// it; MySQL/MariaDB: for the metadata lock), by the start of its statement.
+fn waiting_build(dialect: Dialect, statement: &str) -> String {
+    match dialect {
+        Dialect::Postgres => format!(
+            "SELECT pid::int8 AS id FROM pg_stat_activity WHERE datname = $1 \
+             AND wait_event_type = 'Lock' AND query LIKE '{statement}%'"
+        ),
+        _ => format!(
+            "SELECT CAST(ID AS SIGNED) AS id FROM information_schema.PROCESSLIST \
+             WHERE DB = ? AND STATE LIKE 'Waiting for table metadata lock' \
+             AND INFO LIKE '{statement}%'"
+        ),
+    }
+}
+
+/// A duplicate written while the unique index builds (here: committed by a writer the
+/// build waits for, so it lands after the first resolution and before the index checks
+/// new rows) makes the build fail; the run resolves it as the first ones (the oldest
+/// stays, the newer is cancelled) and builds again. Deterministic: the writer's
+/// transaction is open when the build starts.
+///
+/// Without the protocol (a build that is not run again after resolving), this fails:
+/// the run gives up with a unique violation after one attempt.
+async fn unique_build_resolves_duplicates_written_while_it_waits(db: &TestDb) {
+    Migrator::up(&db.db, Some(1)).await.expect("first step");
+    if db.dialect == Dialect::MySql {
+        // The generated column the index reads, as the migration adds it: adding it
+        // would wait for the writer first (and copy the table).
+        db.exec(
+            "ALTER TABLE task_run ADD COLUMN active_marker tinyint GENERATED ALWAYS AS \
+             (CASE WHEN status IN ('queued', 'running') THEN 1 END) STORED",
+        )
+        .await;
+    }
+    let k = ("u", "t", "k");
+    let oldest = rows::insert(&db.db, k, Running, at(0)).await.expect("seed");
+    let old_dup = rows::insert(&db.db, k, Queued, at(1)).await.expect("seed");
+
+    let writer = db.pool(1).await;
+    let txn = writer.db.begin().await.expect("begin");
+    let late_dup = rows::insert(&txn, k, Queued, at(2))
+        .await
+        .expect("late duplicate");
+
+    let admin = admin(db).await;
+    let mut opts = options();
+    opts.lock_timeout = Duration::from_secs(30);
+    let run = {
+        let db = db.db.clone();
+        tokio::spawn(async move { up_online(&db, Some(1), &opts).await })
+    };
+    let statement = match db.dialect {
+        Dialect::Postgres => "CREATE UNIQUE INDEX CONCURRENTLY",
+        _ => "ALTER TABLE task_run ADD UNIQUE INDEX",
+    };
+    common::wait_for_session(
+        &admin,
+        db,
+        &waiting_build(db.dialect, statement),
+        "the build",
+    )
+    .await;
+    txn.commit().await.expect("the late duplicate lands");
+
+    let report = run.await.expect("run").expect("the build succeeds");
+    let build = report
+        .changes
+        .iter()
+        .find(|c| c.object == "task_active_resource_uidx")
+        .expect("the unique build");
+    assert_eq!(build.attempts, 2, "{build}");
+    assert_eq!(build.resolved_duplicates, 2, "{build}");
+    // The table is at the second step: not every column of the entity is there yet.
+    let rows = db
+        .db
+        .query_all_raw(db.stmt("SELECT id, status, error FROM task_run", vec![]))
+        .await
+        .expect("rows");
+    assert_eq!(rows.len(), 3, "nothing is deleted");
+    let row = |id: uuid::Uuid| {
+        let row = rows
+            .iter()
+            .find(|row| row.try_get::<uuid::Uuid>("", "id").expect("id") == id)
+            .expect("row kept");
+        let status: String = row.try_get("", "status").expect("status");
+        let error: Option<String> = row.try_get("", "error").expect("error");
+        (status, error)
+    };
+    assert_eq!(row(oldest), ("running".to_owned(), None));
+    for dup in [old_dup, late_dup] {
+        let (status, error) = row(dup);
+        assert_eq!(status, "cancelled");
+        let error = error.expect("names the task kept");
+        assert!(error.contains(&oldest.to_string()), "{error}");
+    }
+    assert!(
+        online::invalid_indexes(&db.db)
+            .await
+            .expect("catalog")
+            .is_empty()
+    );
+    let err = rows::insert(&db.db, k, Queued, at(3))
+        .await
+        .expect_err("guarded");
+    assert!(is_unique_violation(&err));
+    admin.close().await.expect("close");
+}
+
+/// A build killed while it runs. PostgreSQL leaves an INVALID index: `invalid_indexes`
+/// (what `migrate status` shows) names it, the guard takes it for absent
+/// (`DedupError::Unguarded`), and `repair_invalid_indexes` (what `migrate up` runs first,
+/// in either mode) drops it and builds it again. MySQL/MariaDB leave nothing, and the next
+/// online run builds the index.
+async fn killed_build_is_found_and_built_again(db: &TestDb) {
+    db.migrate().await;
+    let full = schema(db).await;
+    // The guarantee's index gone, as if an upgrade were building it again.
+    db.drop_unique_index().await;
+    let writer = db.pool(1).await;
+    let txn = writer.db.begin().await.expect("begin");
+    rows::insert(&txn, ("u", "t", "open"), Queued, at(0))
+        .await
+        .expect("an open writer");
+
+    let admin = admin(db).await;
+    let run = {
+        let db = db.db.clone();
+        let mut opts = options();
+        opts.lock_timeout = Duration::from_secs(30);
+        tokio::spawn(async move { online::prepare_online(&db, &opts).await })
+    };
+    let (statement, interim) = match db.dialect {
+        Dialect::Postgres => ("CREATE UNIQUE INDEX CONCURRENTLY", "task_run_occupied_uidx"),
+        _ => (
+            "ALTER TABLE task_run ADD UNIQUE INDEX",
+            "task_active_resource_uidx",
+        ),
+    };
+    let session = common::wait_for_session(
+        &admin,
+        db,
+        &waiting_build(db.dialect, statement),
+        "the build",
+    )
+    .await;
+    let kill = match db.dialect {
+        Dialect::Postgres => format!("SELECT pg_terminate_backend({session})"),
+        _ => format!("KILL CONNECTION {session}"),
+    };
+    admin
+        .execute_unprepared(&kill)
+        .await
+        .expect("kill the build");
+    let killed = run.await.expect("run");
+    assert!(
+        matches!(
+            killed,
+            Err(OnlineError::GaveUp { .. } | OnlineError::Database(_))
+        ),
+        "{killed:?}"
+    );
+    txn.commit().await.expect("commit");
+
+    let invalid = online::invalid_indexes(&db.db).await.expect("catalog");
+    match db.dialect {
+        Dialect::Postgres => {
+            assert_eq!(invalid, [interim]);
+            let manager = SchemaManager::new(&db.db);
+            assert!(
+                manager
+                    .has_index("task_run", interim)
+                    .await
+                    .expect("has_index")
+            );
+            match db.db.find_or_enqueue(NewTask::new(key("doc"))).await {
+                Err(DedupError::Unguarded { .. }) => {}
+                other => panic!("an INVALID index is no guarantee: {other:?}"),
+            }
+            let repaired = online::repair_invalid_indexes(&db.db, &options())
+                .await
+                .expect("repair");
+            assert_eq!(repaired.repaired, [interim]);
+            assert!(
+                repaired
+                    .changes
+                    .iter()
+                    .any(|c| c.object == interim && c.method == Method::Concurrently),
+                "{repaired:?}"
+            );
+        }
+        _ => {
+            assert!(invalid.is_empty());
+            let manager = SchemaManager::new(&db.db);
+            assert!(
+                !manager
+                    .has_index("task_run", interim)
+                    .await
+                    .expect("has_index")
+            );
+            let report = online::prepare_online(&db.db, &options())
+                .await
+                .expect("built online");
+            assert!(
+                report.changes.iter().any(|c| c.object == interim),
+                "{report:?}"
+            );
+        }
+    }
+    assert!(
+        online::invalid_indexes(&db.db)
+            .await
+            .expect("catalog")
+            .is_empty()
+    );
+    if db.dialect == Dialect::MySql {
+        // SHOW CREATE TABLE lists unique keys in the order they were made: this test
+        // dropped one, and the run made it again after the other.
+        let sorted = |schema: String| {
+            let mut lines: Vec<String> = schema
+                .lines()
+                .map(|line| line.trim_end_matches(',').to_owned())
+                .collect();
+            lines.sort();
+            lines
+        };
+        assert_eq!(sorted(schema(db).await), sorted(full));
+    } else {
+        assert_eq!(schema(db).await, full);
+    }
+    let created = db.db.find_or_enqueue(NewTask::new(key("doc"))).await;
+    assert!(created.expect("guarded again").is_created());
+    admin.close().await.expect("close");
+}
