@@ -248,37 +248,8 @@ async fn migration_cancels_duplicate_active_rows(db: &TestDb) {
     assert!(is_unique_violation(&err));
 }
 
-/// A `task_run` made by hand before the migrations existed: no unique index, none of the
-/// lease columns and, on MySQL/MariaDB, key columns with the default case-insensitive
-/// collation.
-async fn create_legacy_table(db: &TestDb) {
-    let (uuid, json, time) = match db.dialect {
-        Dialect::Sqlite => ("uuid_text", "json_text", "timestamp_with_timezone_text"),
-        Dialect::Postgres => ("uuid", "jsonb", "timestamptz"),
-        Dialect::MySql => ("binary(16)", "json", "datetime(6)"),
-    };
-    db.exec(&format!(
-        "CREATE TABLE task_run (
-            id {uuid} NOT NULL PRIMARY KEY,
-            user_id varchar(64) NOT NULL,
-            task_type varchar(64) NOT NULL,
-            resource_key varchar(255) NOT NULL,
-            status varchar(16) NOT NULL,
-            payload {json},
-            result {json},
-            error text,
-            attempts integer NOT NULL DEFAULT 0,
-            created_at {time} NOT NULL,
-            updated_at {time} NOT NULL
-        )"
-    ))
-    .await;
-    db.exec("CREATE INDEX legacy_status_idx ON task_run (status)")
-        .await;
-}
-
 async fn ensure_schema_upgrades_a_legacy_table(db: &TestDb) {
-    create_legacy_table(db).await;
+    common::schema::create_legacy_table(db).await;
     let key = ("u", "t", "doc");
     let oldest = rows::insert(&db.db, key, Queued, at(0))
         .await

@@ -163,33 +163,6 @@ async fn fresh_database_migrates_online_in_one_call(db: &TestDb) {
     );
 }
 
-/// The legacy table of `tests/migrations.rs`: no unique index, some columns missing.
-async fn create_legacy_table(db: &TestDb) {
-    let (uuid, json, time) = match db.dialect {
-        Dialect::Sqlite => ("uuid_text", "json_text", "timestamp_with_timezone_text"),
-        Dialect::Postgres => ("uuid", "jsonb", "timestamptz"),
-        Dialect::MySql => ("binary(16)", "json", "datetime(6)"),
-    };
-    db.exec(&format!(
-        "CREATE TABLE task_run (
-            id {uuid} NOT NULL PRIMARY KEY,
-            user_id varchar(64) NOT NULL,
-            task_type varchar(64) NOT NULL,
-            resource_key varchar(255) NOT NULL,
-            status varchar(16) NOT NULL,
-            payload {json},
-            result {json},
-            error text,
-            attempts integer NOT NULL DEFAULT 0,
-            created_at {time} NOT NULL,
-            updated_at {time} NOT NULL
-        )"
-    ))
-    .await;
-    db.exec("CREATE INDEX legacy_status_idx ON task_run (status)")
-        .await;
-}
-
 /// The compat patch online: the same report and the same schema as `ensure_schema`.
 async fn ensure_schema_online_leaves_what_ensure_schema_leaves(db: &TestDb) {
     if db.dialect == Dialect::Sqlite {
@@ -201,7 +174,7 @@ async fn ensure_schema_online_leaves_what_ensure_schema_leaves(db: &TestDb) {
     let key = ("u", "t", "doc");
     let mut outcomes = Vec::new();
     for online in [false, true] {
-        create_legacy_table(db).await;
+        common::schema::create_legacy_table(db).await;
         let oldest = rows::insert(&db.db, key, Queued, at(0))
             .await
             .expect("seed");
@@ -337,13 +310,7 @@ async fn writers_keep_working_through_an_online_upgrade(db: &TestDb) {
         inserted.load(Ordering::Relaxed),
         "nothing lost"
     );
-    let doubled = common::count(
-        &db.db,
-        "SELECT COUNT(*) AS n FROM (SELECT user_id, task_type, resource_key FROM task_run \
-         WHERE status IN ('queued', 'running') GROUP BY user_id, task_type, resource_key \
-         HAVING COUNT(*) > 1) d",
-    )
-    .await;
+    let doubled = common::keys_with_two_active(&db.db).await;
     assert_eq!(doubled, 0, "at most one active task per key");
     assert!(
         online::invalid_indexes(&db.db)

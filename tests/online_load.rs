@@ -75,6 +75,7 @@ async fn body(db: &TestDb) {
     for c in 0..CLIENTS {
         let (pool, phase, stop, start) =
             (pool.db.clone(), phase.clone(), stop.clone(), start.clone());
+        let dialect = db.dialect;
         clients.push(tokio::spawn(async move {
             start.wait().await;
             let mut calls = Vec::new();
@@ -84,7 +85,7 @@ async fn body(db: &TestDb) {
                 // A call counts in the phase it started in.
                 let in_phase = phase.load(Ordering::Acquire);
                 let began = Instant::now();
-                let ok = enqueue(&pool, db_dialect(&pool), &key).await.is_ok();
+                let ok = enqueue(&pool, dialect, &key).await.is_ok();
                 calls.push((in_phase, began.elapsed(), ok));
                 n += CLIENTS as u64;
             }
@@ -161,24 +162,11 @@ async fn body(db: &TestDb) {
             times.last().map_or(0.0, |d| d.as_secs_f64() * 1000.0)
         );
     }
-    let doubled = common::count(
-        &db.db,
-        "SELECT COUNT(*) AS n FROM (SELECT user_id, task_type, resource_key FROM task_run \
-         WHERE status IN ('queued', 'running') GROUP BY user_id, task_type, resource_key \
-         HAVING COUNT(*) > 1) d",
-    )
-    .await;
+    let doubled = common::keys_with_two_active(&db.db).await;
     eprintln!("[load] keys with more than one active task afterwards: {doubled}");
     let failed = calls.iter().filter(|c| !c.2).count();
     assert_eq!(failed, 0, "no call fails");
     assert_eq!(doubled, 0, "at most one active task per key");
-}
-
-fn db_dialect(db: &DatabaseConnection) -> Dialect {
-    match db.get_database_backend() {
-        sea_orm::DbBackend::MySql => Dialect::MySql,
-        _ => Dialect::Postgres,
-    }
 }
 
 /// `rows` rows of history in one statement: 97 % finished, 2 % queued, 1 % running,

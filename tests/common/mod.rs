@@ -374,6 +374,18 @@ pub async fn count(db: &DatabaseConnection, sql: impl Into<String>) -> i64 {
     row.try_get("", "n").expect("n")
 }
 
+/// Keys with more than one active (queued or running) task, by status alone: valid on the
+/// schema of every migration step, for checks during and after an upgrade.
+pub async fn keys_with_two_active(db: &DatabaseConnection) -> i64 {
+    count(
+        db,
+        "SELECT COUNT(*) AS n FROM (SELECT user_id, task_type, resource_key FROM task_run \
+         WHERE status IN ('queued', 'running') GROUP BY user_id, task_type, resource_key \
+         HAVING COUNT(*) > 1) d",
+    )
+    .await
+}
+
 /// The paused task types' names, as `TaskWorker::paused` lists them.
 pub async fn paused_types(db: &DatabaseConnection) -> Vec<String> {
     task_dedup::TaskWorker::paused(db)

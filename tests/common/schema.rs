@@ -4,7 +4,7 @@
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
 use sea_orm_migration::SchemaManager;
 
-use super::Dialect;
+use super::{Dialect, TestDb};
 
 /// The catalog's description of `task_run` on `db`; empty when the table does not exist.
 ///
@@ -100,4 +100,33 @@ async fn lines(db: &DatabaseConnection, dialect: Dialect, sql: &str) -> String {
         })
         .collect();
     lines.join("\n")
+}
+
+/// A `task_run` made by hand before the migrations existed: no unique index, none of the
+/// lease columns and, on MySQL/MariaDB, key columns with the default case-insensitive
+/// collation.
+pub async fn create_legacy_table(db: &TestDb) {
+    let (uuid, json, time) = match db.dialect {
+        Dialect::Sqlite => ("uuid_text", "json_text", "timestamp_with_timezone_text"),
+        Dialect::Postgres => ("uuid", "jsonb", "timestamptz"),
+        Dialect::MySql => ("binary(16)", "json", "datetime(6)"),
+    };
+    db.exec(&format!(
+        "CREATE TABLE task_run (
+            id {uuid} NOT NULL PRIMARY KEY,
+            user_id varchar(64) NOT NULL,
+            task_type varchar(64) NOT NULL,
+            resource_key varchar(255) NOT NULL,
+            status varchar(16) NOT NULL,
+            payload {json},
+            result {json},
+            error text,
+            attempts integer NOT NULL DEFAULT 0,
+            created_at {time} NOT NULL,
+            updated_at {time} NOT NULL
+        )"
+    ))
+    .await;
+    db.exec("CREATE INDEX legacy_status_idx ON task_run (status)")
+        .await;
 }
