@@ -79,10 +79,10 @@ fn files(dir: &Path, module: &ModPath, out: &mut Vec<(PathBuf, ModPath)>) {
 }
 
 /// Collects the `crate::`/`super::`/`self::` paths of one file, resolved to absolute
-/// module paths, with the module each was written in.
+/// module paths (`module`: where the visitor is, inline `mod` blocks included).
 struct Refs {
     module: ModPath,
-    found: Vec<(ModPath, ModPath)>,
+    found: Vec<ModPath>,
 }
 
 impl Refs {
@@ -104,7 +104,7 @@ impl Refs {
             rest = &rest[1..];
         }
         base.extend(rest.iter().cloned());
-        self.found.push((self.module.clone(), base));
+        self.found.push(base);
     }
 
     fn use_tree(&mut self, prefix: &mut Vec<String>, tree: &syn::UseTree) {
@@ -195,7 +195,7 @@ fn violations() -> Vec<String> {
             continue;
         }
         let allowed = reachable(unit);
-        for (_, target) in refs.found {
+        for target in refs.found {
             let Some(first) = target.first() else {
                 continue;
             };
