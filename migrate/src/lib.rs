@@ -117,22 +117,27 @@ pub struct OnlineArgs {
     pub online: bool,
     /// With --online: the longest a statement waits for a lock that writers queue
     /// behind before it is retried, in milliseconds (MySQL: rounded up to seconds).
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    #[arg(long, default_value_t = default_lock_timeout_ms(), value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     pub lock_timeout_ms: u64,
     /// With --online: how many times a statement runs before `up` gives up.
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    #[arg(long, default_value_t = OnlineOptions::default().attempts, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub attempts: u32,
 }
 
 impl Default for OnlineArgs {
-    /// Not online; 1 s, 10 attempts (the command's defaults).
+    /// Not online; [`OnlineOptions`]'s lock timeout and attempts (the command's defaults).
     fn default() -> Self {
         OnlineArgs {
             online: false,
-            lock_timeout_ms: 1000,
-            attempts: 10,
+            lock_timeout_ms: default_lock_timeout_ms(),
+            attempts: OnlineOptions::default().attempts,
         }
     }
+}
+
+/// [`OnlineOptions`]'s default lock timeout, in the milliseconds the command takes.
+fn default_lock_timeout_ms() -> u64 {
+    u64::try_from(OnlineOptions::default().lock_timeout.as_millis()).unwrap_or(u64::MAX)
 }
 
 impl OnlineArgs {
