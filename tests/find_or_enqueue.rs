@@ -688,7 +688,12 @@ async fn unreachable_database_is_an_error(db: &TestDb) {
     // The database vanishing under a live pool.
     if db.dialect != Dialect::Sqlite {
         let doomed = db.pool(2).await;
-        db.exec("DROP TABLE task_run").await;
+        // CASCADE: PostgreSQL's insert-or-find function returns the table's rows.
+        db.exec(match db.dialect {
+            Dialect::Postgres => "DROP TABLE task_run CASCADE",
+            _ => "DROP TABLE task_run",
+        })
+        .await;
         let err = doomed
             .find_or_enqueue(NewTask::new(key("doc")))
             .await

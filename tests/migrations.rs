@@ -553,6 +553,7 @@ async fn migrations_splice_into_an_application_migrator(db: &TestDb) {
             "m20261201_000005_task_dedup_serial_per_key",
             "m20261202_000006_task_dedup_maintenance",
             "m20261202_000007_task_dedup_admin",
+            "m20261203_000009_task_dedup_pooler_function",
             "m20270101_000001_create_widget",
         ]
     );
@@ -599,6 +600,7 @@ async fn standalone_and_application_migrators_keep_their_own_ledgers(db: &TestDb
             "m20261201_000005_task_dedup_serial_per_key",
             "m20261202_000006_task_dedup_maintenance",
             "m20261202_000007_task_dedup_admin",
+            "m20261203_000009_task_dedup_pooler_function",
         ]
     );
 

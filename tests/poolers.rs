@@ -220,7 +220,12 @@ fn key(resource: &str) -> TaskKey {
 
 /// Each caller takes a key no other takes (created) and then one key all take
 /// (created once, existing for everyone after).
-async fn callers(pool: &DatabaseConnection, calls: usize, in_transaction: bool) -> (u64, u64) {
+async fn callers(
+    pool: &DatabaseConnection,
+    mode: PoolerMode,
+    calls: usize,
+    in_transaction: bool,
+) -> (u64, u64) {
     let created = Arc::new(AtomicU64::new(0));
     let existing = Arc::new(AtomicU64::new(0));
     let mut handles = Vec::new();
@@ -234,6 +239,7 @@ async fn callers(pool: &DatabaseConnection, calls: usize, in_transaction: bool) 
                     let outcome = if in_transaction {
                         let txn = pool.begin().await.expect("begin");
                         let outcome = txn
+                            .with_pooler_mode(mode)
                             .find_or_enqueue(NewTask::new(task_key))
                             .await
                             .expect("find_or_enqueue in a transaction");
@@ -270,7 +276,8 @@ mod tests {
         let pool = pooled.pool(CALLERS as u32).await;
         let calls = 50;
         for in_transaction in [false, true] {
-            let (created, existing) = callers(&pool, calls, in_transaction).await;
+            let (created, existing) =
+                callers(&pool, pooled.pooler.mode(), calls, in_transaction).await;
             // Every caller's own keys, plus the 10 shared ones once each.
             assert_eq!(created, (CALLERS * calls + 10) as u64, "{in_transaction}");
             assert_eq!(existing, (CALLERS * calls - 10) as u64, "{in_transaction}");
@@ -293,7 +300,11 @@ mod tests {
         let again = pool.find_or_enqueue_many(batch(600)).await.expect("bulk");
         assert!(again.iter().all(|o| !o.is_created()));
         let txn = pool.begin().await.expect("begin");
-        let inside = txn.find_or_enqueue_many(batch(200)).await.expect("bulk");
+        let inside = txn
+            .with_pooler_mode(pooled.pooler.mode())
+            .find_or_enqueue_many(batch(200))
+            .await
+            .expect("bulk");
         txn.commit().await.expect("commit");
         assert!(inside.iter().all(|o| !o.is_created()));
         assert_eq!(
@@ -348,18 +359,30 @@ mod tests {
         // In the caller's transaction: a claim (in a savepoint of its own), a heartbeat,
         // an ending, a pause.
         let txn = pool.begin().await.expect("begin");
-        let t = txn
+        let inside = txn.with_pooler_mode(pooled.pooler.mode());
+        let t = inside
             .claim(worker, &[], lease)
             .await
             .expect("claim in a transaction");
         let t = t.expect("a queued task");
-        txn.heartbeat(t.id, worker, lease)
+        inside
+            .heartbeat(t.id, worker, lease)
             .await
             .expect("heartbeat in a transaction");
-        let done = txn.complete(t.id, worker, None).await;
+        let done = inside.complete(t.id, worker, None).await;
         assert_eq!(done.expect("complete").status, TaskStatus::Succeeded);
-        assert!(txn.pause("render").await.expect("pause in a transaction"));
-        assert!(txn.resume("render").await.expect("resume in a transaction"));
+        assert!(
+            inside
+                .pause("render")
+                .await
+                .expect("pause in a transaction")
+        );
+        assert!(
+            inside
+                .resume("render")
+                .await
+                .expect("resume in a transaction")
+        );
         txn.commit().await.expect("commit");
         let stored = stored_task(pooled, t.id).await;
         assert_eq!(stored.status, TaskStatus::Succeeded);
@@ -414,13 +437,14 @@ mod tests {
         );
         pool.delete_task(failed.id).await.expect("delete_task");
         let txn = pool.begin().await.expect("begin");
-        let inside = txn
+        let handle = txn.with_pooler_mode(pooled.pooler.mode());
+        let inside = handle
             .list_tasks(&ListTasks::new(TaskFilter::new()))
             .await
             .expect("list in a transaction");
         assert_eq!(inside.tasks.len(), 5);
         let all = TaskFilter::new();
-        let cancelled = txn
+        let cancelled = handle
             .cancel_tasks(&all, 2, "bulk")
             .await
             .expect("cancel_tasks");
@@ -467,7 +491,9 @@ mod tests {
             let payload = serde_json::json!({ *hostile: [hostile, {"k": hostile}] });
             let task = NewTask::new(task_key.clone()).with_payload(payload.clone());
             let created = if in_transaction {
-                txn.find_or_enqueue(task).await
+                txn.with_pooler_mode(pooled.pooler.mode())
+                    .find_or_enqueue(task)
+                    .await
             } else {
                 pool.find_or_enqueue(task).await
             };
@@ -532,9 +558,11 @@ mod tests {
             assert_eq!(ended.status, stored.status);
             let txn = pool.begin().await.expect("begin");
             let filter = TaskFilter::new().task_type(task_type.clone());
-            txn.retry_tasks(&filter, 10).await.expect("retry_tasks");
+            let inside = txn.with_pooler_mode(pooled.pooler.mode());
+            inside.retry_tasks(&filter, 10).await.expect("retry_tasks");
             let reason = format!("c{hostile}");
-            txn.cancel_tasks(&filter, 10, &reason)
+            inside
+                .cancel_tasks(&filter, 10, &reason)
                 .await
                 .expect("cancel");
             txn.commit().await.expect("commit");

@@ -123,8 +123,7 @@ pub use admin::{
 };
 pub use connect::retry::MAX_ENQUEUE_ATTEMPTS;
 pub use connect::{
-    DEFAULT_MAX_CONNECTIONS, PoolerMode, SQLITE_BUSY_TIMEOUT, connect, connect_with,
-    connect_with_pooler,
+    DEFAULT_MAX_CONNECTIONS, SQLITE_BUSY_TIMEOUT, connect, connect_with, connect_with_pooler,
 };
 pub use enqueue::TaskDedup;
 pub use enqueue::outcome::Enqueued;
@@ -133,7 +132,9 @@ pub use maintenance::pause::PausedType;
 pub use maintenance::retention::{MAX_PRUNE_BATCH, PruneReport, Retention};
 pub use task_dedup_entity::{TaskStatus, task_run};
 pub use values::backoff::{Retry, RetryPolicy};
-pub use values::connection::{DEFAULT_RETRY_BUDGET, DedupConnection, WithRetryBudget};
+pub use values::connection::{
+    DEFAULT_RETRY_BUDGET, DedupConnection, PoolerMode, WithPoolerMode, WithRetryBudget,
+};
 pub use values::error::{
     DedupError, Transition, is_connection_lost, is_timeout, is_transaction_conflict,
 };

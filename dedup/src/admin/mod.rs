@@ -211,7 +211,7 @@ pub trait TaskAdmin: crate::values::connection::sealed::Sealed {
 /// gives an outcome: the reads and single statements of this module.
 macro_rules! retried {
     ($db:expr, $operation:literal, |$exec:ident| $body:expr) => {{
-        let mut $exec = Executor::new($db.target())?;
+        let mut $exec = Executor::on($db)?;
         let mut retrying = Retrying::new($db, None, $operation);
         loop {
             // Boxed, as in the lifecycle.
@@ -332,7 +332,7 @@ impl<C: DedupConnection> TaskAdmin for C {
     #[tracing::instrument(level = "debug", skip_all, fields(task_id = %id))]
     async fn retry_task(&self, id: Uuid) -> Result<task_run::Model, DedupError> {
         let task = retried!(self, "retry", |exec| actions::retry(&mut exec, id).await)?;
-        crate::executor::notify::task_due(&mut Executor::new(self.target())?).await?;
+        crate::executor::notify::task_due(&mut Executor::on(self)?).await?;
         Ok(task)
     }
 
@@ -375,7 +375,7 @@ impl<C: DedupConnection> TaskAdmin for C {
             }
         }
         if outcome.applied > 0 {
-            crate::executor::notify::task_due(&mut Executor::new(self.target())?).await?;
+            crate::executor::notify::task_due(&mut Executor::on(self)?).await?;
         }
         Ok(outcome)
     }
@@ -395,7 +395,7 @@ impl<C: DedupConnection> TaskAdmin for C {
             .await?))?;
         if applied > 0 {
             // Running tasks among them freed their keys' runs.
-            crate::executor::notify::run_ended(&mut Executor::new(self.target())?).await?;
+            crate::executor::notify::run_ended(&mut Executor::on(self)?).await?;
         }
         Ok(bulk_outcome(ids.len(), applied))
     }

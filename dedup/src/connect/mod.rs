@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use sea_orm::{ConnectOptions, Database, DatabaseConnection};
 
+use crate::values::connection::PoolerMode;
 use crate::values::error::DedupError;
 
 /// Pool size used when the options do not set one. SeaORM's own default for SQLite is a
@@ -87,37 +88,6 @@ pub async fn connect_with(mut options: ConnectOptions) -> Result<DatabaseConnect
     Ok(db)
 }
 
-/// How task-dedup sends its PostgreSQL statements: whether the connection keeps named
-/// prepared statements from one statement to the next. Only PostgreSQL has a choice;
-/// SQLite and MySQL/MariaDB ignore it.
-///
-/// | Between task-dedup and PostgreSQL | Mode |
-/// |---|---|
-/// | nothing (a direct connection), or a pooler in session mode | [`PreparedStatements`](Self::PreparedStatements) |
-/// | PgBouncer 1.21 or later in transaction mode with `max_prepared_statements` > 0 (its default since 1.24 is 200) | [`PreparedStatements`](Self::PreparedStatements) |
-/// | PgBouncer before 1.21, or `max_prepared_statements = 0`, in transaction or statement mode | [`NoPreparedStatements`](Self::NoPreparedStatements) |
-///
-/// Set it with [`connect_with_pooler`]. The README's "Poolers" section has the details.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum PoolerMode {
-    /// Statements are prepared once per connection under a name and run from there with
-    /// bound parameters (sqlx's statement cache): the default, and the fastest where it
-    /// works.
-    #[default]
-    PreparedStatements,
-    /// For a pooler that may run the messages of one statement on different servers:
-    /// each statement is sent as one simple-protocol message with its values written in
-    /// as escaped, typed literals, which the pooler runs on one server whatever its
-    /// mode. Inside the caller's transaction (where SeaORM reads rows only through a
-    /// named statement) the statement is prepared under a name and run in a savepoint,
-    /// its text made unique so that no cached name is used again on another server; a
-    /// name another client left on the server is dropped and the statement run again.
-    ///
-    /// It works on every connection, direct ones included (BENCHMARKS.md has its cost).
-    NoPreparedStatements,
-}
-
 /// Connects as [`connect_with`] does, and sends task-dedup's statements on every pool of
 /// the same endpoint (host, port and database) as `mode` says: what a pooler without
 /// named prepared statements needs ([`PoolerMode::NoPreparedStatements`]).
@@ -126,7 +96,9 @@ pub enum PoolerMode {
 /// API ([`TaskAdmin`](crate::TaskAdmin)) on it included, then goes through the pooler.
 /// Inside your transaction ([`DedupConnection`](crate::DedupConnection) on a
 /// `DatabaseTransaction`) task-dedup cannot tell which pool the transaction came from:
-/// it uses the mode there once any pool of the process does.
+/// say it with [`TaskDedup::with_pooler_mode`](crate::TaskDedup::with_pooler_mode)
+/// (`txn.with_pooler_mode(PoolerMode::NoPreparedStatements)`); a bare transaction runs
+/// in the default mode, as your own SeaORM statements in it do.
 ///
 /// Your own SeaORM statements are sqlx's named prepared statements and are not changed:
 /// through PgBouncer before 1.21 in transaction mode they fail (sqlx issue #4328) unless

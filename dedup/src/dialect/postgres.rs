@@ -145,6 +145,31 @@ macro_rules! optimistic_end {
     };
 }
 
+/// The function `PoolerMode::NoPreparedStatements` calls for a hit or a create
+/// (migration `m20261203_000009_task_dedup_pooler_function`), with its argument types:
+/// what `to_regprocedure` looks up. A changed function comes under a new name.
+pub(crate) const INSERT_OR_FIND_FUNCTION: &str = "task_dedup_insert_or_find_v1(uuid, text, \
+     text, text, jsonb, timestamptz, timestamptz, timestamptz, int2, text, int8, bool)";
+
+/// The migration that creates [`INSERT_OR_FIND_FUNCTION`].
+pub(crate) const INSERT_OR_FIND_MIGRATION: &str = "m20261203_000009_task_dedup_pooler_function";
+
+/// Whether the database has [`INSERT_OR_FIND_FUNCTION`] (in the search path).
+pub(crate) const HAS_INSERT_OR_FIND: &str = "SELECT to_regprocedure('task_dedup_insert_or_find_v1(\
+     uuid, text, text, text, jsonb, timestamptz, timestamptz, timestamptz, int2, text, int8, \
+     bool)') IS NOT NULL";
+
+/// `insert_or_find` in `PoolerMode::NoPreparedStatements`: the function, with the
+/// parameters of [`Statements::insert_or_find`] (each written in as a typed literal,
+/// which picks the function by its argument types). Its answer is the statement's, except
+/// that a holder that committed while the insert waited for it comes back too (the
+/// function reads again, in a fresh snapshot); no row: the holder ended meanwhile.
+pub(crate) const INSERT_OR_FIND_CALL: &str = concat!(
+    "SELECT ",
+    columns!(),
+    " FROM task_dedup_insert_or_find_v1($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+);
+
 pub(crate) const STATEMENTS: Statements = Statements {
     // The conflict target repeats the index predicate as literals: with bound values
     // PostgreSQL fails with 42P10 once a cached statement switches to a generic plan.

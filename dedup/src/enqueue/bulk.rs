@@ -57,7 +57,7 @@ pub(crate) async fn find_or_enqueue_many<C: DedupConnection>(
             source: Box::new(source.into()),
         })?;
     }
-    let mut exec = Executor::new(db.target())?;
+    let mut exec = Executor::on(db)?;
     super::guard::ensure(db, budget, &mut exec).await?;
     let chunk_size = exec.dialect().bulk().chunk;
     let count = tasks.len();

@@ -18,7 +18,7 @@ use crate::connect::retry::{MAX_ENQUEUE_ATTEMPTS, Retrying};
 use crate::executor::notify;
 use crate::executor::{Executor, Inserted};
 use crate::metrics;
-use crate::values::connection::{DedupConnection, WithRetryBudget};
+use crate::values::connection::{DedupConnection, PoolerMode, WithPoolerMode, WithRetryBudget};
 use crate::values::error::DedupError;
 use crate::values::key::TaskKey;
 use crate::values::task::{NewTask, OnConflict, Scope};
@@ -238,6 +238,34 @@ pub trait TaskDedup: crate::values::connection::sealed::Sealed {
     {
         WithRetryBudget::new(self, budget)
     }
+
+    /// This handle, sending its PostgreSQL statements as `mode` says, whatever its
+    /// pool's mode ([`connect_with_pooler`](crate::connect_with_pooler)). What your
+    /// transaction through a pooler without named prepared statements (PgBouncer before
+    /// 1.21 in transaction mode) needs: a transaction does not tell task-dedup which pool
+    /// it came from, and runs in the default mode without this. SQLite and
+    /// MySQL/MariaDB ignore it.
+    ///
+    /// ```no_run
+    /// use sea_orm::TransactionTrait;
+    /// use task_dedup::{NewTask, PoolerMode, TaskDedup, TaskKey};
+    ///
+    /// # async fn f(pooled: sea_orm::DatabaseConnection) -> Result<(), task_dedup::DedupError> {
+    /// let txn = pooled.begin().await?;
+    /// let key = TaskKey::new("user-1", "export", "all")?;
+    /// txn.with_pooler_mode(PoolerMode::NoPreparedStatements)
+    ///     .find_or_enqueue(NewTask::new(key))
+    ///     .await?;
+    /// txn.commit().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn with_pooler_mode(&self, mode: PoolerMode) -> WithPoolerMode<'_, Self>
+    where
+        Self: DedupConnection + Sized,
+    {
+        WithPoolerMode::new(self, mode)
+    }
 }
 
 #[async_trait]
@@ -245,7 +273,7 @@ impl<C: DedupConnection> TaskDedup for C {
     #[tracing::instrument(level = "debug", skip_all, fields(key = %task.key, task_id = tracing::field::Empty, outcome = tracing::field::Empty))]
     async fn find_or_enqueue(&self, task: NewTask) -> Result<Enqueued, DedupError> {
         task.validate()?;
-        let mut exec = Executor::new(self.target())?;
+        let mut exec = Executor::on(self)?;
         let (key, on_conflict, budget, mut row) = task.into_row();
         guard::ensure(self, budget, &mut exec).await?;
         let replace = on_conflict == OnConflict::ReplaceIfQueued;
@@ -319,7 +347,7 @@ impl<C: DedupConnection> TaskDedup for C {
             .iter()
             .any(|o| !matches!(o, Enqueued::Existing(_)) && o.task().run_at <= now)
         {
-            notify::task_due(&mut Executor::new(self.target())?).await?;
+            notify::task_due(&mut Executor::on(self)?).await?;
         }
         Ok(outcomes)
     }
@@ -347,7 +375,7 @@ async fn occupant<C: DedupConnection>(
     budget: Option<Duration>,
     operation: &'static str,
 ) -> Result<Option<task_run::Model>, DedupError> {
-    let mut exec = Executor::new(db.target())?;
+    let mut exec = Executor::on(db)?;
     let mut retrying = Retrying::new(db, budget, operation);
     loop {
         let attempt = async { Ok(exec.find_occupant(key.parts(), window_end, false).await?) };

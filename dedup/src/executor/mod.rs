@@ -32,7 +32,8 @@ use self::row::TaskRow;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 use crate::dialect::Returning;
 use crate::dialect::{Claim, Dialect, Failure, Guarded, Statements};
-use crate::values::connection::Target;
+use crate::values::connection::sealed::Sealed;
+use crate::values::connection::{PoolerMode, Target};
 use task_dedup_entity::task_run;
 
 /// Runs task-dedup's statements on one connection: a pool, the caller's transaction, or
@@ -178,9 +179,19 @@ impl<'a> Change<'a> {
 }
 
 impl<'c> Executor<'c> {
+    /// An executor on the handle `db`, in the pooler mode it says, else its pool's.
+    pub(crate) fn on<C: Sealed + ?Sized>(db: &'c C) -> Result<Executor<'c>, Failure> {
+        Executor::new(db.target(), db.pooler_mode())
+    }
+
     /// An executor on `target`, or [`DbErr::BackendNotSupported`](sea_orm::DbErr) when
-    /// task-dedup was built without the database's feature.
-    pub(crate) fn new(target: Target<'c>) -> Result<Executor<'c>, Failure> {
+    /// task-dedup was built without the database's feature. `mode`: the handle's pooler
+    /// mode; without one, a pool's is its endpoint's ([`pooler`]), and a transaction,
+    /// which does not tell its pool, runs in the default.
+    pub(crate) fn new(
+        target: Target<'c>,
+        mode: Option<PoolerMode>,
+    ) -> Result<Executor<'c>, Failure> {
         use sea_orm::ConnectionTrait;
         let (conn, backend) = match target {
             Target::Pool(db) => match Pool::of(db) {
@@ -195,12 +206,16 @@ impl<'c> Executor<'c> {
         let dialect = Dialect::of(backend)?;
         #[cfg(feature = "postgres")]
         let unprepared = dialect == Dialect::Postgres
-            && pooler::unprepared(|| match conn {
-                Conn::Pool(pool) => Some(pool.identity()),
-                _ => None,
-            });
+            && match (mode, &conn) {
+                (Some(mode), _) => mode == PoolerMode::NoPreparedStatements,
+                (None, Conn::Pool(pool)) => pooler::unprepared(|| pool.identity()),
+                (None, _) => false,
+            };
         #[cfg(not(feature = "postgres"))]
-        let unprepared = false;
+        let unprepared = {
+            let _ = mode;
+            false
+        };
         Ok(Executor {
             conn,
             dialect,
@@ -311,7 +326,8 @@ impl<'c> Executor<'c> {
 
     /// Inserts `row` unless its key is held; with `replace`, replaces the payload,
     /// run_at and priority of a queued task that holds it. Never infers "created" from a
-    /// count a no-op could also produce.
+    /// count a no-op could also produce. In PostgreSQL's pooler mode, without `replace`,
+    /// the holder may come back too ([`Inserted::Existing`]).
     pub(crate) async fn insert(
         &mut self,
         row: &task_run::Model,
@@ -320,6 +336,14 @@ impl<'c> Executor<'c> {
         match self.dialect {
             #[cfg(feature = "postgres")]
             Dialect::Postgres => {
+                // The pooler mode's function answers a create faster than the plain
+                // insert it would otherwise parse and plan (and a hit in the same call).
+                if self.unprepared
+                    && !replace
+                    && let Some(inserted) = self.call_insert_or_find(row).await?
+                {
+                    return Ok(inserted);
+                }
                 self.insert_returning(&crate::dialect::postgres::RETURNING, row, replace)
                     .await
             }
@@ -347,6 +371,12 @@ impl<'c> Executor<'c> {
         &mut self,
         row: &task_run::Model,
     ) -> Result<Inserted, Failure> {
+        #[cfg(feature = "postgres")]
+        if self.unprepared
+            && let Some(inserted) = self.call_insert_or_find(row).await?
+        {
+            return Ok(inserted);
+        }
         let Some(sql) = self.statements().insert_or_find else {
             return self.insert(row, false).await;
         };
@@ -355,6 +385,54 @@ impl<'c> Executor<'c> {
             Some(stored) => Inserted::Existing(Box::new(stored)),
             None => Inserted::Held,
         })
+    }
+
+    /// [`insert_or_find`](Self::insert_or_find) in `PoolerMode::NoPreparedStatements`:
+    /// a call of the function that keeps its plans per server session, where the
+    /// database has it (looked up once, [`pooler::has_function`]); `None` where it does
+    /// not, and the plain statement runs instead.
+    #[cfg(feature = "postgres")]
+    async fn call_insert_or_find(
+        &mut self,
+        row: &task_run::Model,
+    ) -> Result<Option<Inserted>, Failure> {
+        use crate::dialect::postgres::{HAS_INSERT_OR_FIND, INSERT_OR_FIND_CALL};
+        let identity = self.database_identity();
+        let present = match pooler::has_function(identity) {
+            Some(present) => present,
+            None => {
+                let rows = self.rows(HAS_INSERT_OR_FIND, Vec::new()).await?;
+                let present = rows
+                    .first()
+                    .and_then(|row| row.try_get_by_index::<bool>(0).ok())
+                    .unwrap_or(false);
+                pooler::record_function(identity, present);
+                present
+            }
+        };
+        if !present {
+            return Ok(None);
+        }
+        match self.task(INSERT_OR_FIND_CALL, args::row(row).into()).await {
+            Ok(Some(stored)) if stored.id == row.id => Ok(Some(Inserted::Created)),
+            Ok(Some(stored)) => Ok(Some(Inserted::Existing(Box::new(stored)))),
+            Ok(None) => Ok(Some(Inserted::Held)),
+            // 42883: gone since it was found (a migration rolled back). On a pool the
+            // plain statement runs now; in a transaction, which the error aborted, the
+            // caller's next call looks again.
+            Err(failure)
+                if crate::dialect::postgres_error(&failure.err)
+                    .is_some_and(|e| e.code() == "42883") =>
+            {
+                pooler::forget_function(identity);
+                if self.in_transaction() {
+                    Err(failure)
+                } else {
+                    Ok(None)
+                }
+            }
+            Err(failure) => Err(failure),
+        }
     }
 
     #[cfg(any(feature = "postgres", feature = "sqlite"))]

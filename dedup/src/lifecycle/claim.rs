@@ -27,7 +27,7 @@ pub(super) async fn claim_many<C: DedupConnection>(
     validate::task_types(task_types)?;
     let lease_micros = validate::lease_micros(lease)?;
     let max = validate::claim_max(max)?;
-    let mut exec = Executor::new(db.target())?;
+    let mut exec = Executor::on(db)?;
     // A claim lost with its connection is not run again (it may have taken effect:
     // its tasks come back through the reaper); an aborted one took nothing.
     let mut retrying = Retrying::new(db, Some(Duration::ZERO), "claim");

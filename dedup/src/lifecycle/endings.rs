@@ -74,7 +74,7 @@ pub(crate) async fn end_many<C: DedupConnection>(
         }
     };
     let guard = Guard::LeaseHolder { worker_id, done };
-    let mut exec = Executor::new(db.target())?;
+    let mut exec = Executor::on(db)?;
     let mut retrying = Retrying::new(db, None, operation);
     let ended = loop {
         let attempt = async {

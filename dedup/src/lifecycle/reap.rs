@@ -20,7 +20,7 @@ pub(super) async fn reap_expired<C: DedupConnection>(
     policy: &RetryPolicy,
 ) -> Result<ReapReport, DedupError> {
     policy.validate()?;
-    let mut exec = Executor::new(db.target())?;
+    let mut exec = Executor::on(db)?;
     let mut report = ReapReport::default();
     let last_attempt = format!(
         "lease expired on the last allowed attempt (max_attempts = {})",

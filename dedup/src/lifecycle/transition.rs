@@ -67,7 +67,7 @@ pub(super) async fn complete<C: DedupConnection>(
     };
     let task = retried(db, id, Op::Plain(Transition::Complete, guard, change)).await?;
     crate::metrics::finished("completed");
-    crate::executor::notify::run_ended(&mut Executor::new(db.target())?).await?;
+    crate::executor::notify::run_ended(&mut Executor::on(db)?).await?;
     Ok(task)
 }
 
@@ -97,7 +97,7 @@ pub(super) async fn fail<C: DedupConnection>(
         crate::metrics::finished("failed");
     }
     // A retry due at once is due; either way the key's run is free.
-    crate::executor::notify::run_ended(&mut Executor::new(db.target())?).await?;
+    crate::executor::notify::run_ended(&mut Executor::on(db)?).await?;
     Ok(task)
 }
 
@@ -113,7 +113,7 @@ pub(super) async fn cancel<C: DedupConnection>(
     crate::metrics::finished("cancelled");
     if task.started_at.is_some() {
         // It may have been running: its key's run is free.
-        crate::executor::notify::run_ended(&mut Executor::new(db.target())?).await?;
+        crate::executor::notify::run_ended(&mut Executor::on(db)?).await?;
     }
     Ok(task)
 }
@@ -128,7 +128,7 @@ pub(super) async fn release<C: DedupConnection>(
     let task = retried(db, id, Op::Release { worker_id }).await?;
     if task.status == TaskStatus::Queued {
         crate::metrics::finished("released");
-        crate::executor::notify::task_due(&mut Executor::new(db.target())?).await?;
+        crate::executor::notify::task_due(&mut Executor::on(db)?).await?;
     } else {
         crate::metrics::finished("cancelled");
     }
@@ -194,7 +194,7 @@ async fn retried<C: DedupConnection>(
     id: Uuid,
     op: Op<'_>,
 ) -> Result<task_run::Model, DedupError> {
-    let mut exec = Executor::new(db.target())?;
+    let mut exec = Executor::on(db)?;
     let mut retrying = Retrying::new(db, None, op.name());
     loop {
         // Boxed: moved into the retry driver, and a transition's state is large.

@@ -47,7 +47,7 @@ pub(crate) async fn set<C: DedupConnection + ?Sized>(
 ) -> Result<bool, DedupError> {
     validate::text(task_type, TASK_TYPE_MAX_CHARS)
         .map_err(|reason| InvalidArgument::new("task_type", reason))?;
-    let mut exec = Executor::new(db.target())?;
+    let mut exec = Executor::on(db)?;
     let mut retrying = Retrying::new(db, None, action.name());
     let changed = loop {
         let attempt = async {
@@ -79,7 +79,7 @@ pub(crate) async fn set<C: DedupConnection + ?Sized>(
 pub(crate) async fn list<C: DedupConnection + ?Sized>(
     db: &C,
 ) -> Result<Vec<PausedType>, DedupError> {
-    let mut exec = Executor::new(db.target())?;
+    let mut exec = Executor::on(db)?;
     let mut retrying = Retrying::new(db, None, "paused");
     let paused = loop {
         let attempt = async { Ok::<_, DedupError>(exec.paused().await?) };

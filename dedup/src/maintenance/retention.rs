@@ -205,7 +205,7 @@ pub(crate) async fn prune<C: DedupConnection + ?Sized>(
 ) -> Result<PruneReport, DedupError> {
     retention.validate()?;
     let batch = retention.batch_size as i64;
-    let mut exec = Executor::new(db.target())?;
+    let mut exec = Executor::on(db)?;
     let mut report = PruneReport::default();
     for (status, age) in retention.statuses() {
         let age_micros = validate::micros(status.as_str(), age)?;

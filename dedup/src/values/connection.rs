@@ -1,5 +1,6 @@
-//! [`DedupConnection`]: the database handles task-dedup runs on, and
-//! [`WithRetryBudget`], a handle with its own retry budget.
+//! [`DedupConnection`]: the database handles task-dedup runs on; [`WithRetryBudget`], a
+//! handle with its own retry budget; [`PoolerMode`] and [`WithPoolerMode`], how a
+//! handle sends PostgreSQL statements.
 
 use std::time::Duration;
 
@@ -11,6 +12,47 @@ pub(crate) use sealed::Target;
 /// ([`TaskDedup::with_retry_budget`](crate::TaskDedup::with_retry_budget)) or the call
 /// ([`NewTask::retry_budget`](crate::NewTask::retry_budget)) says otherwise.
 pub const DEFAULT_RETRY_BUDGET: Duration = Duration::from_secs(5);
+
+/// How task-dedup sends its PostgreSQL statements: whether the connection keeps named
+/// prepared statements from one statement to the next. Only PostgreSQL has a choice;
+/// SQLite and MySQL/MariaDB ignore it.
+///
+/// | Between task-dedup and PostgreSQL | Mode |
+/// |---|---|
+/// | nothing (a direct connection), or a pooler in session mode | [`PreparedStatements`](Self::PreparedStatements) |
+/// | PgBouncer 1.21 or later in transaction mode with `max_prepared_statements` > 0 (its default since 1.24 is 200) | [`PreparedStatements`](Self::PreparedStatements) |
+/// | PgBouncer before 1.21, or `max_prepared_statements = 0`, in transaction or statement mode | [`NoPreparedStatements`](Self::NoPreparedStatements) |
+///
+/// A pool takes it from [`connect_with_pooler`](crate::connect_with_pooler) (every pool
+/// of the same endpoint: host, port and database); any handle, and the caller's
+/// transaction in particular, from
+/// [`TaskDedup::with_pooler_mode`](crate::TaskDedup::with_pooler_mode), which wins over
+/// the pool's. A transaction does not tell task-dedup which pool it came from, so
+/// without that it runs in the default mode. The guide's "Poolers" section has the
+/// details.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum PoolerMode {
+    /// Statements are prepared once per connection under a name and run from there with
+    /// bound parameters (sqlx's statement cache): the default, and the fastest where it
+    /// works.
+    #[default]
+    PreparedStatements,
+    /// For a pooler that may run the messages of one statement on different servers:
+    /// each statement is sent as one simple-protocol message with its values written in
+    /// as escaped, typed literals, which the pooler runs on one server whatever its
+    /// mode. `find_or_enqueue`'s insert-or-find is a call of the function
+    /// `task_dedup_insert_or_find_v1` (migration `m20261203_000009`), whose plans the
+    /// server keeps per session; while that function is missing, the plain statement,
+    /// parsed and planned on every call (one warning per database says so). Inside the
+    /// caller's transaction (where SeaORM reads rows only through a named statement) a
+    /// statement that returns rows is prepared under a name and run in a savepoint, its
+    /// text made unique so that no cached name is used again on another server; a name
+    /// another client left on the server is dropped and the statement run again.
+    ///
+    /// It works on every connection, direct ones included (BENCHMARKS.md has its cost).
+    NoPreparedStatements,
+}
 
 pub(crate) mod sealed {
     use std::time::Duration;
@@ -35,6 +77,11 @@ pub(crate) mod sealed {
         /// Its retry budget after a lost connection.
         fn retry_budget(&self) -> Duration {
             super::DEFAULT_RETRY_BUDGET
+        }
+
+        /// Its pooler mode, if the handle says (else the pool's, or the default).
+        fn pooler_mode(&self) -> Option<super::PoolerMode> {
+            None
         }
     }
 }
@@ -124,6 +171,55 @@ impl<C: DedupConnection> sealed::Sealed for WithRetryBudget<'_, C> {
     fn retry_budget(&self) -> Duration {
         self.budget
     }
+
+    fn pooler_mode(&self) -> Option<PoolerMode> {
+        self.db.pooler_mode()
+    }
 }
 
 impl<C: DedupConnection> DedupConnection for WithRetryBudget<'_, C> {}
+
+/// A handle that sends its PostgreSQL statements as `mode` says, whatever the pool's
+/// mode; from [`TaskDedup::with_pooler_mode`](crate::TaskDedup::with_pooler_mode). It
+/// offers every operation the handle it wraps does, and wraps and is wrapped by
+/// [`WithRetryBudget`] alike.
+///
+/// What a transaction through a pooler without named prepared statements needs: the
+/// transaction cannot tell task-dedup which pool it came from.
+#[derive(Debug, Clone, Copy)]
+pub struct WithPoolerMode<'c, C> {
+    db: &'c C,
+    mode: PoolerMode,
+}
+
+impl<'c, C: DedupConnection> WithPoolerMode<'c, C> {
+    pub(crate) fn new(db: &'c C, mode: PoolerMode) -> WithPoolerMode<'c, C> {
+        WithPoolerMode { db, mode }
+    }
+
+    /// The handle it wraps.
+    pub fn inner(&self) -> &'c C {
+        self.db
+    }
+
+    /// The mode its statements go in.
+    pub fn mode(&self) -> PoolerMode {
+        self.mode
+    }
+}
+
+impl<C: DedupConnection> sealed::Sealed for WithPoolerMode<'_, C> {
+    fn target(&self) -> Target<'_> {
+        self.db.target()
+    }
+
+    fn retry_budget(&self) -> Duration {
+        self.db.retry_budget()
+    }
+
+    fn pooler_mode(&self) -> Option<PoolerMode> {
+        Some(self.mode)
+    }
+}
+
+impl<C: DedupConnection> DedupConnection for WithPoolerMode<'_, C> {}

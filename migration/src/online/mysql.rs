@@ -229,6 +229,8 @@ pub(super) async fn prepare(run: &Run<'_>, name: &str) -> Result<(), OnlineError
                 conn.index(run, name, index, Dedup::Nothing).await?;
             }
         }
+        // A function (PostgreSQL) or nothing: no lock a writer waits behind.
+        "m20261203_000009_task_dedup_pooler_function" => {}
         other => return Err(super::unplanned(other)),
     }
     Ok(())

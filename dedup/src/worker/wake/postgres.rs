@@ -202,7 +202,7 @@ impl Probe {
         self.sent += 1;
         let payload = self.sent.to_string();
         let sent = async {
-            let mut exec = Executor::new(Target::Pool(db))?;
+            let mut exec = Executor::new(Target::Pool(db), None)?;
             exec.probe(&self.channel, &payload, self.pid).await
         };
         match Box::pin(sent).await {
