@@ -206,7 +206,12 @@ pub async fn prepare_schema(args: &Args) -> Result<(), String> {
         "task_dedup_paused",
         task_dedup_migration::MIGRATION_TABLE,
     ] {
-        db.execute_unprepared(&format!("DROP TABLE IF EXISTS {table}"))
+        // CASCADE on PostgreSQL: the pooler mode's function returns task_run's rows.
+        let cascade = match db.get_database_backend() {
+            sea_orm::DbBackend::Postgres => " CASCADE",
+            _ => "",
+        };
+        db.execute_unprepared(&format!("DROP TABLE IF EXISTS {table}{cascade}"))
             .await
             .map_err(|e| e.to_string())?;
     }
