@@ -34,7 +34,7 @@ server_matrix!(
     killed_build_is_found_and_built_again,
 );
 
-const STEPS: u32 = 7;
+const STEPS: u32 = 8;
 
 async fn schema(db: &TestDb) -> String {
     common::schema::describe(&db.db, db.dialect).await

@@ -48,8 +48,7 @@ pub(crate) struct Admin {
 }
 
 /// Which clauses a list has. Their values are bound in this order: the statuses, the
-/// task type, the user, the key prefix (SQLite: its length in characters, then the
-/// prefix), created from, created before, the cursor (`created_at`, `id`; MySQL/MariaDB:
+/// task type, the user, the key prefix (the prefix, then its successor), created from, created before, the cursor (`created_at`, `id`; MySQL/MariaDB:
 /// `created_at`, `created_at`, `created_at`, `id`), the limit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct ListShape {
@@ -140,18 +139,30 @@ pub(crate) fn list(dialect: Dialect, shape: ListShape) -> String {
     )
 }
 
-/// Keys that start with a prefix, byte for byte as keys compare.
+/// Keys that start with a prefix, byte for byte as keys compare: the range from the
+/// prefix to its successor (`executor::admin::prefix_range`), which in byte order holds
+/// exactly the keys that start with it. A range, unlike `LIKE`, is read from
+/// `task_run_key_prefix_idx` with bound values on every dialect, PostgreSQL's generic
+/// plans included (its `LIKE` uses an index only with a constant pattern), and it needs
+/// no escaping. UTF-8's byte order is the order of code points.
 fn key_prefix(dialect: Dialect, p: &mut Placeholders) -> String {
     match dialect {
-        // SQLite's LIKE ignores ASCII case: compare the first characters instead (its
-        // length in characters, then the prefix).
-        #[cfg(feature = "sqlite")]
-        Dialect::Sqlite => format!("substr(resource_key, 1, {}) = {}", p.take(), p.take()),
-        // A LIKE pattern whose wildcards in the prefix are escaped with `!` (not `\`,
-        // which MySQL's string literals would need doubled unless NO_BACKSLASH_ESCAPES
-        // is set). PostgreSQL's LIKE and MySQL's on VARBINARY compare exactly.
+        // `COLLATE "C"`: byte order whatever the database's collation, as the index has it.
+        #[cfg(feature = "postgres")]
+        Dialect::Postgres => format!(
+            "resource_key COLLATE \"C\" >= {} AND resource_key COLLATE \"C\" < {}",
+            p.take(),
+            p.take()
+        ),
+        // SQLite's BINARY collation (the column's) and MySQL/MariaDB's VARBINARY compare
+        // bytes. (SQLite's LIKE would use no index: it ignores ASCII case unless
+        // `case_sensitive_like` is set, and GLOB would need its `*?[` escaped.)
         #[allow(unreachable_patterns)]
-        _ => format!("resource_key LIKE {} ESCAPE '!'", p.take()),
+        _ => format!(
+            "resource_key >= {} AND resource_key < {}",
+            p.take(),
+            p.take()
+        ),
     }
 }
 
@@ -179,7 +190,8 @@ fn after(dialect: Dialect, beyond: &str, p: &mut Placeholders) -> String {
 pub(crate) mod tests {
     use super::*;
 
-    /// The shapes the snapshots pin: none, one of each clause, all of them.
+    /// The shapes the snapshots pin: none, a status and a type, a key prefix alone (the
+    /// dashboard's search), all of them.
     pub(crate) fn render(dialect: Dialect, admin: &Admin) -> String {
         let shapes = [
             (
@@ -196,6 +208,13 @@ pub(crate) mod tests {
                     task_type: true,
                     after: true,
                     newest_first: true,
+                    ..ListShape::default()
+                },
+            ),
+            (
+                "list_key_prefix_oldest",
+                ListShape {
+                    key_prefix: true,
                     ..ListShape::default()
                 },
             ),

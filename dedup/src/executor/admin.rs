@@ -47,15 +47,7 @@ impl ListArgs<'_> {
         values.extend(self.task_type.map(Arg::Str));
         values.extend(self.user_id.map(Arg::Str));
         if let Some(prefix) = self.key_prefix {
-            match dialect {
-                #[cfg(feature = "sqlite")]
-                Dialect::Sqlite => {
-                    let chars = prefix.chars().count() as i64;
-                    values.extend([Arg::I64(chars), Arg::Str(prefix)]);
-                }
-                #[allow(unreachable_patterns)]
-                _ => values.push(Arg::String(like_prefix(prefix))),
-            }
+            values.extend([Arg::Str(prefix), Arg::String(prefix_range(prefix))]);
         }
         values.extend(self.created_from.map(Arg::Time));
         values.extend(self.created_before.map(Arg::Time));
@@ -77,18 +69,26 @@ impl ListArgs<'_> {
     }
 }
 
-/// A LIKE pattern matching the strings that start with `prefix`: its `!`, `%` and `_`
-/// escaped with `!` (the statements' `ESCAPE '!'`), then `%`.
-pub(crate) fn like_prefix(prefix: &str) -> String {
-    let mut pattern = String::with_capacity(prefix.len() + 2);
-    for c in prefix.chars() {
-        if matches!(c, '!' | '%' | '_') {
-            pattern.push('!');
+/// The successor of `prefix`: the least string greater, in code-point (UTF-8 byte)
+/// order, than every string that starts with `prefix`, so that those strings are
+/// exactly the range `[prefix, successor)`. Its last character that is not U+10FFFF
+/// goes up by one (past the surrogates), and what follows it is dropped. A prefix of
+/// U+10FFFF characters only has no successor: 256 of them are greater than every key
+/// that starts with it (a key has at most 255 characters, and on MySQL/MariaDB at most
+/// 1,020 bytes, 255 such characters).
+pub(crate) fn prefix_range(prefix: &str) -> String {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let next = match last {
+            '\u{D7FF}' => Some('\u{E000}'),
+            c => char::from_u32(u32::from(c) + 1),
+        };
+        if let Some(next) = next {
+            chars.push(next);
+            return chars.into_iter().collect();
         }
-        pattern.push(c);
     }
-    pattern.push('%');
-    pattern
+    std::iter::repeat_n(char::MAX, 256).collect()
 }
 
 impl Executor<'_> {
@@ -224,9 +224,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn like_wildcards_in_a_prefix_are_escaped() {
-        assert_eq!(like_prefix("a"), "a%");
-        assert_eq!(like_prefix("50%_off!"), "50!%!_off!!%");
-        assert_eq!(like_prefix("café/"), "café/%");
+    fn a_prefix_range_ends_at_its_successor() {
+        assert_eq!(prefix_range("a"), "b");
+        assert_eq!(prefix_range("50%_off!"), "50%_off\"");
+        assert_eq!(prefix_range("café/"), "café0");
+        assert_eq!(prefix_range("caf\u{FF}"), "caf\u{100}");
+        assert_eq!(prefix_range("a\u{D7FF}"), "a\u{E000}");
+        assert_eq!(prefix_range("a\u{10FFFF}"), "b");
+        assert_eq!(prefix_range("a\u{10FFFF}\u{10FFFF}"), "b");
+        let none = prefix_range("\u{10FFFF}");
+        assert_eq!(none.chars().count(), 256);
+        assert!(none.chars().all(|c| c == char::MAX));
     }
 }
