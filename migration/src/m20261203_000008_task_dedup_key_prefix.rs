@@ -1,12 +1,14 @@
 //! The index that serves a list by key prefix (`TaskFilter::key_prefix`): the keys in
-//! byte order, so that the keys starting with a prefix are one range of it
-//! (`resource_key >= prefix AND resource_key < the prefix's successor`). Without it a
-//! prefix that matches few tasks walks `task_run_created_idx` to its end.
+//! byte order, so that the keys starting with a prefix are one range of it (MariaDB,
+//! SQLite: `resource_key >= prefix AND resource_key < the prefix's successor`;
+//! PostgreSQL: a `LIKE 'prefix%'`, which the planner turns into that range). Without it
+//! a prefix that matches few tasks walks `task_run_created_idx` to its end.
 //!
 //! Byte order on every dialect: PostgreSQL builds it `COLLATE "C"` whatever the
-//! database's collation (a `en_US` order would not keep a prefix's keys together, and the
-//! list compares `COLLATE "C"` likewise); MySQL/MariaDB's `VARBINARY` and SQLite's
-//! `BINARY` compare bytes already.
+//! database's collation (an `en_US` order would not keep a prefix's keys together; the
+//! planner reads a `LIKE` prefix's range from a `"C"` index whatever the column's
+//! collation, checked with an ICU `en-US` column); MySQL/MariaDB's `VARBINARY` and
+//! SQLite's `BINARY` compare bytes already.
 //!
 //! Frozen once released: this file states its DDL per dialect and never changes.
 //!

@@ -48,7 +48,8 @@ pub(crate) struct Admin {
 }
 
 /// Which clauses a list has. Their values are bound in this order: the statuses, the
-/// task type, the user, the key prefix (the prefix, then its successor), created from, created before, the cursor (`created_at`, `id`; MySQL/MariaDB:
+/// task type, the user, the key prefix (PostgreSQL: a LIKE pattern; elsewhere the prefix,
+/// then its successor), created from, created before, the cursor (`created_at`, `id`; MySQL/MariaDB:
 /// `created_at`, `created_at`, `created_at`, `id`), the limit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct ListShape {
@@ -139,24 +140,29 @@ pub(crate) fn list(dialect: Dialect, shape: ListShape) -> String {
     )
 }
 
-/// Keys that start with a prefix, byte for byte as keys compare: the range from the
-/// prefix to its successor (`executor::admin::prefix_range`), which in byte order holds
-/// exactly the keys that start with it. A range, unlike `LIKE`, is read from
-/// `task_run_key_prefix_idx` with bound values on every dialect, PostgreSQL's generic
-/// plans included (its `LIKE` uses an index only with a constant pattern), and it needs
-/// no escaping. UTF-8's byte order is the order of code points.
+/// Keys that start with a prefix, byte for byte as keys compare, in a form that
+/// `task_run_key_prefix_idx` (the keys in byte order) serves: a prefix that matches few
+/// tasks reads its range, not `task_run_created_idx` to the end.
 fn key_prefix(dialect: Dialect, p: &mut Placeholders) -> String {
     match dialect {
-        // `COLLATE "C"`: byte order whatever the database's collation, as the index has it.
+        // A LIKE pattern whose wildcards in the prefix are escaped with `!` (not `\`:
+        // the pattern is a bound value, but the same escape as before this index), by
+        // `executor::admin::like_prefix`. A custom plan (the pattern known) reads the
+        // pattern's range from the `COLLATE "C"` index whatever the column's collation
+        // (LIKE's meaning does not depend on a deterministic collation). Not a range of
+        // two parameters: PostgreSQL's generic plan guesses a range's size (0.5 % of the
+        // table) and would read a prefix that matches every task through the index and
+        // sort it all (1.3 s on 1,000,000 tasks); a generic plan of LIKE walks
+        // `task_run_created_idx` and stops after a page, as before the index.
         #[cfg(feature = "postgres")]
-        Dialect::Postgres => format!(
-            "resource_key COLLATE \"C\" >= {} AND resource_key COLLATE \"C\" < {}",
-            p.take(),
-            p.take()
-        ),
-        // SQLite's BINARY collation (the column's) and MySQL/MariaDB's VARBINARY compare
-        // bytes. (SQLite's LIKE would use no index: it ignores ASCII case unless
-        // `case_sensitive_like` is set, and GLOB would need its `*?[` escaped.)
+        Dialect::Postgres => format!("resource_key LIKE {} ESCAPE '!'", p.take()),
+        // The range from the prefix to its successor (`executor::admin::prefix_range`),
+        // which in byte order holds exactly the keys that start with it (UTF-8's byte
+        // order is the order of code points). MySQL/MariaDB's VARBINARY and SQLite's
+        // BINARY collation (the column's) compare bytes; MySQL/MariaDB plan each
+        // execution with its values. SQLite's LIKE would use no index: it ignores ASCII
+        // case unless `case_sensitive_like` is set (and then only an index of the
+        // column's collation serves it); GLOB would need its `*?[` escaped.
         #[allow(unreachable_patterns)]
         _ => format!(
             "resource_key >= {} AND resource_key < {}",

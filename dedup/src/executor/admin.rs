@@ -47,7 +47,12 @@ impl ListArgs<'_> {
         values.extend(self.task_type.map(Arg::Str));
         values.extend(self.user_id.map(Arg::Str));
         if let Some(prefix) = self.key_prefix {
-            values.extend([Arg::Str(prefix), Arg::String(prefix_range(prefix))]);
+            match dialect {
+                #[cfg(feature = "postgres")]
+                Dialect::Postgres => values.push(Arg::String(like_prefix(prefix))),
+                #[allow(unreachable_patterns)]
+                _ => values.extend([Arg::Str(prefix), Arg::String(prefix_range(prefix))]),
+            }
         }
         values.extend(self.created_from.map(Arg::Time));
         values.extend(self.created_before.map(Arg::Time));
@@ -69,6 +74,21 @@ impl ListArgs<'_> {
     }
 }
 
+/// A LIKE pattern matching the strings that start with `prefix`: its `!`, `%` and `_`
+/// escaped with `!` (the statement's `ESCAPE '!'`), then `%`.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+pub(crate) fn like_prefix(prefix: &str) -> String {
+    let mut pattern = String::with_capacity(prefix.len() + 2);
+    for c in prefix.chars() {
+        if matches!(c, '!' | '%' | '_') {
+            pattern.push('!');
+        }
+        pattern.push(c);
+    }
+    pattern.push('%');
+    pattern
+}
+
 /// The successor of `prefix`: the least string greater, in code-point (UTF-8 byte)
 /// order, than every string that starts with `prefix`, so that those strings are
 /// exactly the range `[prefix, successor)`. Its last character that is not U+10FFFF
@@ -76,6 +96,7 @@ impl ListArgs<'_> {
 /// U+10FFFF characters only has no successor: 256 of them are greater than every key
 /// that starts with it (a key has at most 255 characters, and on MySQL/MariaDB at most
 /// 1,020 bytes, 255 such characters).
+#[cfg_attr(not(any(feature = "sqlite", feature = "mysql")), allow(dead_code))]
 pub(crate) fn prefix_range(prefix: &str) -> String {
     let mut chars: Vec<char> = prefix.chars().collect();
     while let Some(last) = chars.pop() {
@@ -222,6 +243,13 @@ impl Executor<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn like_wildcards_in_a_prefix_are_escaped() {
+        assert_eq!(like_prefix("a"), "a%");
+        assert_eq!(like_prefix("50%_off!"), "50!%!_off!!%");
+        assert_eq!(like_prefix("café/"), "café/%");
+    }
 
     #[test]
     fn a_prefix_range_ends_at_its_successor() {
