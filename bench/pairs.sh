@@ -9,6 +9,8 @@
 # Databases: task_dedup_pair_a and task_dedup_pair_b on the servers of bench/run.sh
 # (created if missing), /tmp/task_dedup_pair_{a,b}.db for SQLite. Each run: 10,000
 # no-op tasks, 4 Workers x 8, pool of 16 (BENCH_OPS, BENCH_WORKERS, BENCH_CONCURRENCY).
+# BENCH_WORKLOAD=unique: creates instead (find-or-enqueue, 16 clients), e.g. an index's
+# write cost with B_BIN a wrapper that sets BENCH_DROP_INDEX=<index> (bench/src/run.rs).
 set -euo pipefail
 dialect=$1 rounds=$2 a_bin=$3 b_bin=$4
 ops=${BENCH_OPS:-10000} workers=${BENCH_WORKERS:-4} concurrency=${BENCH_CONCURRENCY:-8}
@@ -25,9 +27,10 @@ url() {
   esac
 }
 a_url=$(url a) b_url=$(url b)
+workload=${BENCH_WORKLOAD:-worker}
 drain() {
   "$1" --url "$2" --pool 16 --workers "$workers" --concurrency "$concurrency" \
-    --strategy find-or-enqueue --workload worker --ops "$ops" | sed -n 1p | cut -d' ' -f5
+    --strategy find-or-enqueue --workload "$workload" --ops "$ops" | sed -n 1p | cut -d' ' -f5
 }
 median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 a="" b=""

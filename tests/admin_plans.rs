@@ -1,5 +1,6 @@
 //! The admin lists' query plans on a big table: a list by status and type, and the list
-//! of every task, read an index (newest first, stopping after the page) on PostgreSQL
+//! of every task, read an index (newest first, stopping after the page), and so does a
+//! list by a key prefix that matches nothing (`task_run_key_prefix_idx`), on PostgreSQL
 //! (1,000,000 tasks) and MariaDB (200,000), never the whole table; so do the overview's
 //! oldest queued task per type, its throughput and its capped counts (PostgreSQL).
 //!
@@ -67,6 +68,7 @@ async fn lists_by_status_and_type_read_an_index(db: &TestDb) {
     db.migrate().await;
     let status_type = pinned(db.dialect, "list_status_type_newest_after");
     let all = pinned(db.dialect, "list_all_newest");
+    let prefix = pinned(db.dialect, "list_key_prefix_oldest");
     match db.dialect {
         Dialect::Postgres => {
             db.exec(POSTGRES_SEED).await;
@@ -108,6 +110,60 @@ async fn lists_by_status_and_type_read_an_index(db: &TestDb) {
                     );
                 }
             }
+            // A key prefix alone (the dashboard's search), oldest first: one that matches
+            // nothing reads `task_run_key_prefix_idx` under a custom plan (the pattern
+            // known); one that matches every task walks `task_run_created_idx` and stops
+            // after the page, under both plans (the generic plan cannot read a pattern's
+            // range, and walks that index for any prefix, as before the index).
+            txn.execute_unprepared(&format!("PREPARE by_prefix(text, int8) AS {prefix}"))
+                .await
+                .expect("prepare");
+            for (mode, name, execute, index) in [
+                (
+                    "force_custom_plan",
+                    "a key prefix matching nothing",
+                    "EXECUTE by_prefix('zz%', 51)",
+                    "Index Scan using task_run_key_prefix_idx",
+                ),
+                (
+                    "force_custom_plan",
+                    "a key prefix matching every task",
+                    "EXECUTE by_prefix('k%', 51)",
+                    "Index Scan using task_run_created_idx",
+                ),
+                (
+                    "force_generic_plan",
+                    "a key prefix matching every task",
+                    "EXECUTE by_prefix('k%', 51)",
+                    "Index Scan using task_run_created_idx",
+                ),
+            ] {
+                txn.execute_unprepared(&format!("SET LOCAL plan_cache_mode = {mode}"))
+                    .await
+                    .expect("plan mode");
+                let plan = postgres_plan(&txn, execute).await;
+                println!("PostgreSQL, 1,000,000 tasks, {mode}, {name}:\n{plan}\n");
+                assert!(!plan.contains("Seq Scan"), "{plan}");
+                assert!(plan.contains(index), "{plan}");
+            }
+            // What a pool's prepared statement does (`plan_cache_mode = auto`): after
+            // prefixes that match nothing, every task and some, it keeps custom plans
+            // (the generic plan's guessed cost is above every custom plan's here), and a
+            // prefix that matches nothing still reads the index.
+            txn.execute_unprepared("SET LOCAL plan_cache_mode = auto")
+                .await
+                .expect("plan mode");
+            for pattern in ["zz%", "k%", "k99%"].iter().cycle().take(12) {
+                txn.execute_unprepared(&format!("EXECUTE by_prefix('{pattern}', 51)"))
+                    .await
+                    .expect("execute");
+            }
+            let plan = postgres_plan(&txn, "EXECUTE by_prefix('zz%', 51)").await;
+            println!("PostgreSQL, 1,000,000 tasks, auto after 12 executions, nothing:\n{plan}\n");
+            assert!(
+                plan.contains("Index Scan using task_run_key_prefix_idx"),
+                "{plan}"
+            );
             // The overview: the oldest queued task per type and the throughput read
             // their indexes; the counts read every row (shown, not asserted).
             let oldest = pinned(db.dialect, "oldest_queued");
@@ -195,6 +251,12 @@ async fn lists_by_status_and_type_read_an_index(db: &TestDb) {
                     &["51"][..],
                     "task_run_created_idx",
                 ),
+                (
+                    "a key prefix matching nothing, oldest first",
+                    &prefix,
+                    &["'zz'", "'z{'", "51"][..],
+                    "task_run_key_prefix_idx",
+                ),
             ] {
                 let rows = mysql_plan(db, &with_literals(sql, values)).await;
                 println!("MariaDB, 200,000 tasks, {name}:");
@@ -204,8 +266,11 @@ async fn lists_by_status_and_type_read_an_index(db: &TestDb) {
                 let (_, access, key, extra) = &rows[0];
                 assert_ne!(access, "ALL", "a full scan: {rows:?}");
                 assert_eq!(key.as_deref(), Some(index), "{rows:?}");
-                assert!(
-                    !extra.as_deref().unwrap_or("").contains("filesort"),
+                // The prefix's few rows are sorted by creation; the others read in order.
+                let sorts = index == "task_run_key_prefix_idx";
+                assert_eq!(
+                    extra.as_deref().unwrap_or("").contains("filesort"),
+                    sorts,
                     "{rows:?}"
                 );
             }

@@ -485,7 +485,7 @@ async fn ensure_schema_after_migrations_changes_nothing(db: &TestDb) {
     Migrator::down(&db.db, None).await.expect("down");
     let report = ensure_schema(&db.db).await.expect("compat patch");
     assert!(report.created_table, "{report}");
-    assert_eq!(report.created_indexes.len(), 8, "{report}");
+    assert_eq!(report.created_indexes.len(), 9, "{report}");
     // Workers' claims read the paused types: ensure_schema creates their table too.
     assert!(has_table(db, "task_dedup_paused").await);
     assert!(ensure_schema(&db.db).await.expect("again").is_unchanged());
@@ -553,6 +553,7 @@ async fn migrations_splice_into_an_application_migrator(db: &TestDb) {
             "m20261201_000005_task_dedup_serial_per_key",
             "m20261202_000006_task_dedup_maintenance",
             "m20261202_000007_task_dedup_admin",
+            "m20261203_000008_task_dedup_key_prefix",
             "m20261203_000009_task_dedup_pooler_function",
             "m20270101_000001_create_widget",
         ]
@@ -600,6 +601,7 @@ async fn standalone_and_application_migrators_keep_their_own_ledgers(db: &TestDb
             "m20261201_000005_task_dedup_serial_per_key",
             "m20261202_000006_task_dedup_maintenance",
             "m20261202_000007_task_dedup_admin",
+            "m20261203_000008_task_dedup_key_prefix",
             "m20261203_000009_task_dedup_pooler_function",
         ]
     );

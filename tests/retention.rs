@@ -33,6 +33,10 @@ matrix!(
     worker_prunes_by_default,
 );
 
+// Row locks another transaction holds: SQLite has one writer at a time (a pruner there
+// waits for the database's write lock, by design), so only the servers.
+server_matrix!(pruner_passes_rows_another_transaction_holds);
+
 const HOUR: Duration = Duration::from_secs(3_600);
 const DAY: Duration = Duration::from_secs(86_400);
 
@@ -337,6 +341,92 @@ async fn concurrent_pruners_delete_each_row_once(db: &TestDb) {
         total.cancelled += report.cancelled;
     }
     assert_eq!(total, report(OLD as u64, 300, 0));
+    assert_eq!(ids(&db.db).await, kept);
+}
+
+/// A transaction holds row locks on part of the backlog (a worker, an admin action, a
+/// pruner mid-batch in a caller's transaction): a pruner on the pool deletes the rest
+/// without waiting for it (MariaDB's `DELETE ... ORDER BY ... LIMIT` waited, up to
+/// `innodb_lock_wait_timeout`, for the first locked row it met), then the holder prunes
+/// its own rows in its transaction. Every eligible row deleted once, nothing else.
+async fn pruner_passes_rows_another_transaction_holds(db: &TestDb) {
+    use sea_orm::TransactionTrait;
+
+    db.migrate().await;
+    const OLD: usize = 300;
+    const HELD: usize = 100;
+    let eligible = seed(
+        &db.db,
+        "old",
+        OLD,
+        TaskStatus::Succeeded,
+        Some(ago(2 * DAY)),
+    )
+    .await;
+    let mut kept = seed(&db.db, "queued", 50, TaskStatus::Queued, None).await;
+    kept.extend(
+        seed(
+            &db.db,
+            "running",
+            20,
+            TaskStatus::Running,
+            Some(ago(8 * DAY)),
+        )
+        .await,
+    );
+    let held: Vec<Uuid> = eligible.iter().copied().take(HELD).collect();
+
+    // Both start together: the holder locks its rows by primary key (exactly those
+    // rows, whatever plan), then lets the pruner go.
+    let barrier = Arc::new(Barrier::new(2));
+    let locked = Arc::new(Barrier::new(2));
+    let txn = db.db.begin().await.expect("begin");
+    let pruner = {
+        let pool = db.pool(2).await;
+        let (barrier, locked) = (barrier.clone(), locked.clone());
+        tokio::spawn(async move {
+            barrier.wait().await;
+            locked.wait().await;
+            tokio::time::timeout(
+                Duration::from_secs(10),
+                pool.prune(&Retention::default().batch_size(50)),
+            )
+            .await
+        })
+    };
+    barrier.wait().await;
+    // One row a statement: an `IN` list over a small table is read by a scan, which
+    // would lock every row.
+    for id in &held {
+        let lock = db.stmt(
+            match db.dialect {
+                common::Dialect::Postgres => "SELECT id FROM task_run WHERE id = $1 FOR UPDATE",
+                common::Dialect::MySql => "SELECT id FROM task_run WHERE id = ? FOR UPDATE",
+                common::Dialect::Sqlite => panic!("a server dialect only"),
+            },
+            vec![(*id).into()],
+        );
+        let rows = txn.query_all_raw(lock).await.expect("lock a held row");
+        assert_eq!(rows.len(), 1);
+    }
+    locked.wait().await;
+
+    let passed = pruner
+        .await
+        .expect("pruner")
+        .expect("the pruner waited for the held rows")
+        .expect("prune");
+    assert_eq!(
+        passed,
+        report((OLD - HELD) as u64, 0, 0),
+        "the rows not held"
+    );
+    let own = txn
+        .prune(&Retention::default())
+        .await
+        .expect("prune in the holder's transaction");
+    assert_eq!(own, report(HELD as u64, 0, 0), "the holder's own rows");
+    txn.commit().await.expect("commit");
     assert_eq!(ids(&db.db).await, kept);
 }
 

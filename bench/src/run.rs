@@ -216,6 +216,17 @@ pub async fn prepare_schema(args: &Args) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
     }
     Migrator::up(&db, None).await.map_err(|e| e.to_string())?;
+    // An index's write cost: the same binary without it (bench/pairs.sh, BENCHMARKS.md
+    // "Key-prefix lists and MariaDB pruners").
+    if let Ok(index) = std::env::var("BENCH_DROP_INDEX") {
+        let drop = match db.get_database_backend() {
+            DbBackend::MySql => format!("ALTER TABLE task_run DROP INDEX {index}"),
+            _ => format!("DROP INDEX {index}"),
+        };
+        db.execute_unprepared(&drop)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
     if !args.strategy.uses_unique_index() {
         let drop = match db.get_database_backend() {
             DbBackend::MySql => "ALTER TABLE task_run DROP INDEX task_active_resource_uidx",

@@ -36,6 +36,7 @@
 //! | `m20261201_000005_task_dedup_serial_per_key` | `concurrent`, the unique index over running tasks per key (one run per key) |
 //! | `m20261202_000006_task_dedup_maintenance` | `task_run_finished_idx` (the pruner's batches), the table `task_dedup_paused` (paused task types) |
 //! | `m20261202_000007_task_dedup_admin` | the admin API's list indexes (by status, by type and status, by creation time) and the index of finished times |
+//! | `m20261203_000008_task_dedup_key_prefix` | `task_run_key_prefix_idx`: the keys in byte order, for lists by key prefix |
 //! | `m20261203_000009_task_dedup_pooler_function` | PostgreSQL: the function `task_dedup_insert_or_find_v1`, which `PoolerMode::NoPreparedStatements` calls (plans kept per server session); nothing elsewhere |
 //!
 //! [`online`] builds the same schema without stopping a live table's writes:
@@ -78,6 +79,7 @@ mod m20261130_000004_task_dedup_scopes;
 mod m20261201_000005_task_dedup_serial_per_key;
 mod m20261202_000006_task_dedup_maintenance;
 mod m20261202_000007_task_dedup_admin;
+mod m20261203_000008_task_dedup_key_prefix;
 mod m20261203_000009_task_dedup_pooler_function;
 pub mod online;
 mod sql;
@@ -98,6 +100,7 @@ pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
         Box::new(m20261201_000005_task_dedup_serial_per_key::Migration),
         Box::new(m20261202_000006_task_dedup_maintenance::Migration),
         Box::new(m20261202_000007_task_dedup_admin::Migration),
+        Box::new(m20261203_000008_task_dedup_key_prefix::Migration),
         Box::new(m20261203_000009_task_dedup_pooler_function::Migration),
     ]
 }

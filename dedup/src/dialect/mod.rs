@@ -119,7 +119,8 @@ pub(crate) struct Statements {
     pub reap_requeue: &'static str,
     /// Deletes a batch of the oldest finished tasks of one status that finished more than
     /// an age ago and whose period window (if any) is over: status, minus the age (an
-    /// offset from now, like the others), how many at most.
+    /// offset from now, like the others), how many at most. MySQL/MariaDB: selects and
+    /// locks that batch's ids (`SKIP LOCKED`), which `mysql::prune_ids` then deletes.
     pub prune: &'static str,
     /// Pauses a task type unless it is paused; one row affected when it was not: type.
     pub pause: &'static str,
@@ -649,8 +650,9 @@ mod tests {
     #[test]
     fn mysql_bulk_statements_are_pinned() {
         let ids_in = mysql::ids_in(2);
+        let prune_ids = mysql::prune_ids(2);
         insta::assert_snapshot!(format!(
-            "{}\nids_in:\n{ids_in}\n",
+            "{}\nids_in:\n{ids_in}\n\nprune_ids:\n{prune_ids}\n",
             render_bulk(&mysql::BULK)
         ));
     }

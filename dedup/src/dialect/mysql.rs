@@ -71,13 +71,17 @@ pub(crate) const STATEMENTS: Statements = Statements {
                    WHERE id = ? AND status = 'running' AND lease_expires_at < UTC_TIMESTAMP(6)",
     // A period task keeps its window until the window is over, finished or not.
     // The oldest first, through `task_run_finished_idx` (whose entries end in the
-    // primary key: `finished_at, id` is its order, no filesort). No subquery: MySQL
-    // cannot read the table a DELETE writes, nor take LIMIT in an `IN` subquery. No SKIP
-    // LOCKED on a DELETE either: pruners at once wait for each other's short batches.
-    prune: "DELETE FROM task_run WHERE status = ? \
+    // primary key: `finished_at, id` is its order, no filesort). MySQL's DELETE takes no
+    // SKIP LOCKED (and cannot read the table it writes in a subquery): this SELECT locks
+    // a batch, skipping rows another pruner (or a worker) holds, and `prune_ids` deletes
+    // it in the same short transaction (`executor/mysql.rs`). A DELETE with
+    // `ORDER BY ... LIMIT` instead waits for every locked row it meets. FORCE INDEX: a
+    // locking read locks every row it reads, so a scan and filesort (the optimizer's
+    // choice on a small table) would lock the whole table for one batch.
+    prune: "SELECT id FROM task_run FORCE INDEX (task_run_finished_idx) WHERE status = ? \
             AND finished_at < UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND \
             AND dedup_window_end <= UNIX_TIMESTAMP() \
-            ORDER BY finished_at, id LIMIT ?",
+            ORDER BY finished_at, id LIMIT ? FOR UPDATE SKIP LOCKED",
     // `INSERT IGNORE` reports 0 rows for a type already paused (an upsert's count cannot
     // tell, CLIENT_FOUND_ROWS being set). What else it would turn into a warning cannot
     // happen here: the name is validated and the time is the server's.
@@ -308,6 +312,18 @@ pub(crate) const ENDINGS: Endings = Endings {
 pub(crate) fn ended_by(ids: usize) -> Cow<'static, str> {
     Cow::Owned(format!(
         "SELECT id FROM task_run WHERE id IN ({ids}) AND status = ? AND lease_owner = ?",
+        ids = repeat("?", ids)
+    ))
+}
+
+/// Deletes the batch [`STATEMENTS`]`.prune` locked: the ids. Their row locks are the
+/// transaction's, so nothing else changed them in between. The multi-table form only
+/// for its index hint: a single-table DELETE takes none, and on a small table the
+/// optimizer scans it whole instead of looking the ids up, waiting for (and locking)
+/// rows other pruners hold.
+pub(crate) fn prune_ids(ids: usize) -> Cow<'static, str> {
+    Cow::Owned(format!(
+        "DELETE task_run FROM task_run FORCE INDEX (PRIMARY) WHERE id IN ({ids})",
         ids = repeat("?", ids)
     ))
 }

@@ -48,13 +48,10 @@ impl ListArgs<'_> {
         values.extend(self.user_id.map(Arg::Str));
         if let Some(prefix) = self.key_prefix {
             match dialect {
-                #[cfg(feature = "sqlite")]
-                Dialect::Sqlite => {
-                    let chars = prefix.chars().count() as i64;
-                    values.extend([Arg::I64(chars), Arg::Str(prefix)]);
-                }
+                #[cfg(feature = "postgres")]
+                Dialect::Postgres => values.push(Arg::String(like_prefix(prefix))),
                 #[allow(unreachable_patterns)]
-                _ => values.push(Arg::String(like_prefix(prefix))),
+                _ => values.extend([Arg::Str(prefix), Arg::String(prefix_range(prefix))]),
             }
         }
         values.extend(self.created_from.map(Arg::Time));
@@ -78,7 +75,8 @@ impl ListArgs<'_> {
 }
 
 /// A LIKE pattern matching the strings that start with `prefix`: its `!`, `%` and `_`
-/// escaped with `!` (the statements' `ESCAPE '!'`), then `%`.
+/// escaped with `!` (the statement's `ESCAPE '!'`), then `%`.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 pub(crate) fn like_prefix(prefix: &str) -> String {
     let mut pattern = String::with_capacity(prefix.len() + 2);
     for c in prefix.chars() {
@@ -89,6 +87,29 @@ pub(crate) fn like_prefix(prefix: &str) -> String {
     }
     pattern.push('%');
     pattern
+}
+
+/// The successor of `prefix`: the least string greater, in code-point (UTF-8 byte)
+/// order, than every string that starts with `prefix`, so that those strings are
+/// exactly the range `[prefix, successor)`. Its last character that is not U+10FFFF
+/// goes up by one (past the surrogates), and what follows it is dropped. A prefix of
+/// U+10FFFF characters only has no successor: 256 of them are greater than every key
+/// that starts with it (a key has at most 255 characters, and on MySQL/MariaDB at most
+/// 1,020 bytes, 255 such characters).
+#[cfg_attr(not(any(feature = "sqlite", feature = "mysql")), allow(dead_code))]
+pub(crate) fn prefix_range(prefix: &str) -> String {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let next = match last {
+            '\u{D7FF}' => Some('\u{E000}'),
+            c => char::from_u32(u32::from(c) + 1),
+        };
+        if let Some(next) = next {
+            chars.push(next);
+            return chars.into_iter().collect();
+        }
+    }
+    std::iter::repeat_n(char::MAX, 256).collect()
 }
 
 impl Executor<'_> {
@@ -228,5 +249,19 @@ mod tests {
         assert_eq!(like_prefix("a"), "a%");
         assert_eq!(like_prefix("50%_off!"), "50!%!_off!!%");
         assert_eq!(like_prefix("café/"), "café/%");
+    }
+
+    #[test]
+    fn a_prefix_range_ends_at_its_successor() {
+        assert_eq!(prefix_range("a"), "b");
+        assert_eq!(prefix_range("50%_off!"), "50%_off\"");
+        assert_eq!(prefix_range("café/"), "café0");
+        assert_eq!(prefix_range("caf\u{FF}"), "caf\u{100}");
+        assert_eq!(prefix_range("a\u{D7FF}"), "a\u{E000}");
+        assert_eq!(prefix_range("a\u{10FFFF}"), "b");
+        assert_eq!(prefix_range("a\u{10FFFF}\u{10FFFF}"), "b");
+        let none = prefix_range("\u{10FFFF}");
+        assert_eq!(none.chars().count(), 256);
+        assert!(none.chars().all(|c| c == char::MAX));
     }
 }

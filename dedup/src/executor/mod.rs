@@ -656,7 +656,12 @@ impl<'c> Executor<'c> {
     ) -> Result<u64, Failure> {
         let offset = args::interval(self.dialect, age_micros.saturating_neg());
         let values = vec![Arg::Str(status), offset, Arg::I64(limit)];
-        self.affected(self.statements().prune, values).await
+        match self.dialect {
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => mysql::prune(self, values).await,
+            #[allow(unreachable_patterns)]
+            _ => self.affected(self.statements().prune, values).await,
+        }
     }
 
     /// Pauses `task_type`; whether it was not paused before.

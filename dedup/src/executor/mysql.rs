@@ -10,7 +10,7 @@ use super::args::{self, Arg};
 use super::{EndMany, Executor, Inserted};
 use crate::dialect::mysql::{
     CLAIM_ANY, OPTIMISTIC_CLAIM_ANY, REPLACE, STATEMENTS, claim_types, claim_update, claimed,
-    ended_by, optimistic_claim_types,
+    ended_by, optimistic_claim_types, prune_ids,
 };
 use crate::dialect::{Claim, Failure};
 use task_dedup_entity::task_run;
@@ -166,6 +166,26 @@ pub(super) async fn end_many(
             .iter()
             .map(|row| row.try_get_by_index(0))
             .collect::<Result<_, _>>()?)
+    }
+    .await;
+    txn.finish(outcome).await
+}
+
+/// One batch of the pruner: the oldest expired rows locked (`SKIP LOCKED`: rows another
+/// pruner holds are left to it), then deleted by id, in one short transaction. A
+/// connection lost in between rolls it back whole: every row deleted or kept.
+pub(super) async fn prune(exec: &mut Executor<'_>, values: Vec<Arg<'_>>) -> Result<u64, Failure> {
+    let mut txn = exec.begin(false).await?;
+    let outcome = async {
+        let rows = txn.rows(STATEMENTS.prune, values).await?;
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        let ids = rows
+            .iter()
+            .map(|row| row.try_get_by_index::<Uuid>(0).map(Arg::Uuid))
+            .collect::<Result<Vec<_>, _>>()?;
+        txn.affected(prune_ids(ids.len()), ids).await
     }
     .await;
     txn.finish(outcome).await

@@ -94,6 +94,10 @@ const ADMIN_INDEXES: [(&str, &str); 3] = [
     ),
 ];
 
+// m20261203_000008_task_dedup_key_prefix
+const KEY_PREFIX_INDEX: &str =
+    "ALTER TABLE task_run ADD INDEX task_run_key_prefix_idx (resource_key)";
+
 /// The forms of an `ALTER TABLE`, strongest first, and what each means for writers.
 const COLUMN_FORMS: [(&str, Method); 3] = [
     (", ALGORITHM=INSTANT", Method::Instant),
@@ -228,6 +232,10 @@ pub(super) async fn prepare(run: &Run<'_>, name: &str) -> Result<(), OnlineError
             for index in ADMIN_INDEXES {
                 conn.index(run, name, index, Dedup::Nothing).await?;
             }
+        }
+        "m20261203_000008_task_dedup_key_prefix" => {
+            let prefix = ("task_run_key_prefix_idx", KEY_PREFIX_INDEX);
+            conn.index(run, name, prefix, Dedup::Nothing).await?;
         }
         // A function (PostgreSQL) or nothing: no lock a writer waits behind.
         "m20261203_000009_task_dedup_pooler_function" => {}

@@ -101,6 +101,10 @@ const ADMIN_INDEXES: [(&str, &str); 3] = [
     ),
 ];
 
+// m20261203_000008_task_dedup_key_prefix
+const KEY_PREFIX_INDEX: &str =
+    "CREATE INDEX CONCURRENTLY task_run_key_prefix_idx ON task_run (resource_key COLLATE \"C\")";
+
 /// SQLSTATEs a retry can get past: `lock_timeout` expired, a deadlock (two builds, or a
 /// build and a writer), and a unique build that met duplicates.
 const LOCK_NOT_AVAILABLE: &str = "55P03";
@@ -178,6 +182,10 @@ pub(super) async fn prepare(run: &Run<'_>, name: &str) -> Result<(), OnlineError
             for index in ADMIN_INDEXES {
                 conn.index(run, name, index, Dedup::Nothing).await?;
             }
+        }
+        "m20261203_000008_task_dedup_key_prefix" => {
+            let prefix = ("task_run_key_prefix_idx", KEY_PREFIX_INDEX);
+            conn.index(run, name, prefix, Dedup::Nothing).await?;
         }
         // A function (PostgreSQL) or nothing: no lock a writer waits behind.
         "m20261203_000009_task_dedup_pooler_function" => {}
