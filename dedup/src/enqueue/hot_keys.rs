@@ -14,8 +14,6 @@
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::values::key::TaskKey;
-
 /// Slots of the table (a power of two): 32 KiB.
 const SLOTS: usize = 4096;
 
@@ -27,11 +25,12 @@ static TABLE: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
 pub(crate) struct Hot(u64);
 
 impl Hot {
-    pub(crate) fn of(key: &TaskKey, window_end: i64) -> Hot {
+    /// The key's three parts, in column order, and its window.
+    pub(crate) fn of(key: [&str; 3], window_end: i64) -> Hot {
         // SipHash with fixed keys: the table only has to agree with itself, within
         // one process.
         let mut hasher = std::hash::DefaultHasher::new();
-        key.parts().hash(&mut hasher);
+        key.hash(&mut hasher);
         window_end.hash(&mut hasher);
         Hot(hasher.finish().max(1))
     }
@@ -60,28 +59,28 @@ impl Hot {
 mod tests {
     use super::*;
 
-    fn key(resource: &str) -> TaskKey {
-        TaskKey::new("user-1", "hot-keys-test", resource).unwrap()
+    fn key(resource: &str) -> [&str; 3] {
+        ["user-1", "hot-keys-test", resource]
     }
 
     #[test]
     fn a_key_is_hot_once_seen_and_per_window() {
-        let hot = Hot::of(&key("a"), 0);
+        let hot = Hot::of(key("a"), 0);
         assert!(!hot.is_hot());
         hot.seen();
         assert!(hot.is_hot());
-        assert!(Hot::of(&key("a"), 0).is_hot());
-        assert!(!Hot::of(&key("a"), 60).is_hot());
-        assert!(!Hot::of(&key("b"), 0).is_hot());
+        assert!(Hot::of(key("a"), 0).is_hot());
+        assert!(!Hot::of(key("a"), 60).is_hot());
+        assert!(!Hot::of(key("b"), 0).is_hot());
     }
 
     #[test]
     fn the_table_is_bounded_and_keeps_the_latest_key_of_a_slot() {
-        let first = Hot::of(&key("first"), 0);
+        let first = Hot::of(key("first"), 0);
         first.seen();
         // Find another key for the same slot: it replaces the first.
         let rival = (0..)
-            .map(|n| Hot::of(&key(&format!("rival-{n}")), 0))
+            .map(|n| Hot::of(key(&format!("rival-{n}")), 0))
             .find(|h| h.0 as usize & (SLOTS - 1) == first.0 as usize & (SLOTS - 1))
             .unwrap();
         rival.seen();

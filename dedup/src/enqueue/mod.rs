@@ -20,7 +20,7 @@ use crate::executor::{Executor, Inserted};
 use crate::metrics;
 use crate::values::connection::{DedupConnection, PoolerMode, WithPoolerMode, WithRetryBudget};
 use crate::values::error::DedupError;
-use crate::values::key::TaskKey;
+use crate::values::key::{KeyParts, TaskKey};
 use crate::values::task::{NewTask, OnConflict, Scope};
 use crate::values::typed::Task;
 use task_dedup_entity::task_run;
@@ -274,7 +274,7 @@ impl<C: DedupConnection> TaskDedup for C {
     async fn find_or_enqueue(&self, task: NewTask) -> Result<Enqueued, DedupError> {
         task.validate()?;
         let mut exec = Executor::on(self)?;
-        let (key, on_conflict, budget, mut row) = task.into_row();
+        let (on_conflict, budget, mut row) = task.into_row();
         guard::ensure(self, budget, &mut exec).await?;
         let replace = on_conflict == OnConflict::ReplaceIfQueued;
         // Every retry keeps the id: an attempt lost with its connection may have
@@ -284,10 +284,10 @@ impl<C: DedupConnection> TaskDedup for C {
             let after_lost_attempt = retrying.after_lost_attempt();
             let attempt = async {
                 if after_lost_attempt && let Some(stored) = exec.by_id(row.id).await? {
-                    tracing::info!(task_id = %stored.id, key = %key, "the lost attempt had created the task");
+                    tracing::info!(task_id = %stored.id, key = %key_of(&row), "the lost attempt had created the task");
                     return Ok(Enqueued::Existing(stored));
                 }
-                enqueue(&mut exec, &key, replace, &mut row).await
+                enqueue(&mut exec, replace, &mut row).await
             };
             // Boxed: this future is most of the call's state, and without the box every
             // move of the call's future (the span's wrapper is one) copies it.
@@ -298,7 +298,7 @@ impl<C: DedupConnection> TaskDedup for C {
         // On a pool, a database that kept aborting the insert is contention on the key.
         let outcome = outcome.map_err(|err| match err {
             DedupError::TransactionAborted(_) if !exec.in_transaction() => DedupError::Contention {
-                key: key.clone(),
+                key: key_of(&row).to_key(),
                 attempts: MAX_ENQUEUE_ATTEMPTS,
             },
             err => err,
@@ -395,12 +395,12 @@ async fn occupant<C: DedupConnection>(
 /// keys take the plain insert, the faster statement for a create.
 async fn enqueue(
     exec: &mut Executor<'_>,
-    key: &TaskKey,
     replace: bool,
     row: &mut task_run::Model,
 ) -> Result<Enqueued, DedupError> {
-    let hot = (!replace && exec.finds_in_insert()).then(|| Hot::of(key, row.dedup_window_end));
-    let outcome = insert_or_read(exec, key, replace, row, hot.is_some_and(Hot::is_hot)).await;
+    let hot =
+        (!replace && exec.finds_in_insert()).then(|| Hot::of(key_of(row).0, row.dedup_window_end));
+    let outcome = insert_or_read(exec, replace, row, hot.is_some_and(Hot::is_hot)).await;
     if let (Some(hot), Ok(Enqueued::Created(_) | Enqueued::Existing(_))) = (hot, &outcome) {
         hot.seen();
     }
@@ -410,7 +410,6 @@ async fn enqueue(
 /// [`enqueue`]'s attempts: with `find`, the insert that returns the holder.
 async fn insert_or_read(
     exec: &mut Executor<'_>,
-    key: &TaskKey,
     replace: bool,
     row: &mut task_run::Model,
     find: bool,
@@ -423,15 +422,15 @@ async fn insert_or_read(
         };
         match inserted {
             Inserted::Created => {
-                tracing::debug!(task_id = %row.id, key = %key, attempt, "task created");
+                tracing::debug!(task_id = %row.id, key = %key_of(row), attempt, "task created");
                 return Ok(Enqueued::Created(row.clone()));
             }
             Inserted::Replaced(task) => {
-                tracing::debug!(task_id = %task.id, key = %key, attempt, "queued task replaced");
+                tracing::debug!(task_id = %task.id, key = %key_of(row), attempt, "queued task replaced");
                 return Ok(Enqueued::Replaced(*task));
             }
             Inserted::Existing(existing) => {
-                tracing::debug!(task_id = %existing.id, key = %key, attempt, "existing task returned");
+                tracing::debug!(task_id = %existing.id, key = %key_of(row), attempt, "existing task returned");
                 return Ok(Enqueued::Existing(*existing));
             }
             // The race path of `insert_or_find`: the holder committed after the
@@ -439,24 +438,29 @@ async fn insert_or_read(
             Inserted::Held => {}
         }
         match exec
-            .find_occupant(key.parts(), row.dedup_window_end, true)
+            .find_occupant(key_of(row).0, row.dedup_window_end, true)
             .await?
         {
             Some(existing) => {
-                tracing::debug!(task_id = %existing.id, key = %key, attempt, "existing task returned");
+                tracing::debug!(task_id = %existing.id, key = %key_of(row), attempt, "existing task returned");
                 return Ok(Enqueued::Existing(existing));
             }
             None => {
-                tracing::debug!(key = %key, attempt, "the task holding the key let go before it was read; retrying");
+                tracing::debug!(key = %key_of(row), attempt, "the task holding the key let go before it was read; retrying");
                 // A fresh id, in case what conflicted was the id itself (SQLite's
                 // untargeted ON CONFLICT covers the primary key too).
                 row.id = Uuid::now_v7();
             }
         }
     }
-    tracing::warn!(key = %key, attempts = MAX_ENQUEUE_ATTEMPTS, "gave up: contention");
+    tracing::warn!(key = %key_of(row), attempts = MAX_ENQUEUE_ATTEMPTS, "gave up: contention");
     Err(DedupError::Contention {
-        key: key.clone(),
+        key: key_of(row).to_key(),
         attempts: MAX_ENQUEUE_ATTEMPTS,
     })
+}
+
+/// The key of the row being enqueued, borrowed from it: the row holds the key's strings.
+fn key_of(row: &task_run::Model) -> KeyParts<'_> {
+    KeyParts([&row.user_id, &row.task_type, &row.resource_key])
 }

@@ -150,12 +150,33 @@ impl fmt::Display for TaskKey {
     /// `("user", "type", "resource")`, quoted so that spaces and empty-looking parts
     /// show; `(no user, "type", "resource")` for a key without a user.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.has_user() {
-            write!(f, "({:?}, ", self.user_id)?;
-        } else {
+        KeyParts(self.parts()).fmt(f)
+    }
+}
+
+/// A key borrowed from its three parts, in column order: the key of a row being
+/// enqueued, which holds the key's strings, so that `find_or_enqueue` need not keep a
+/// copy of them beside it (three allocations per call). Displayed as [`TaskKey`] is.
+#[derive(Clone, Copy)]
+pub(crate) struct KeyParts<'a>(pub [&'a str; 3]);
+
+impl KeyParts<'_> {
+    /// The key as a [`TaskKey`] of its own, for an error that outlives the row.
+    pub(crate) fn to_key(self) -> TaskKey {
+        let [user_id, task_type, resource_key] = self.0;
+        TaskKey::from_trusted_parts(user_id, task_type, resource_key)
+    }
+}
+
+impl fmt::Display for KeyParts<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let [user_id, task_type, resource_key] = self.0;
+        if user_id.is_empty() {
             f.write_str("(no user, ")?;
+        } else {
+            write!(f, "({user_id:?}, ")?;
         }
-        write!(f, "{:?}, {:?})", self.task_type, self.resource_key)
+        write!(f, "{task_type:?}, {resource_key:?})")
     }
 }
 

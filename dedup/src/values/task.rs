@@ -219,11 +219,12 @@ impl NewTask {
         self.scope.validate()
     }
 
-    /// The row this task is inserted as, created now, with its key and retry budget.
-    pub(crate) fn into_row(self) -> (TaskKey, OnConflict, Option<Duration>, task_run::Model) {
-        let (key, budget) = (self.key.clone(), self.retry_budget);
+    /// The row this task is inserted as, created now, with its retry budget. The key
+    /// moves into the row ([`KeyParts`](crate::values::key::KeyParts) reads it there).
+    pub(crate) fn into_row(self) -> (OnConflict, Option<Duration>, task_run::Model) {
+        let budget = self.retry_budget;
         let (on_conflict, row) = self.into_row_at(task_run::now());
-        (key, on_conflict, budget, row)
+        (on_conflict, budget, row)
     }
 
     /// The row this task is inserted as, created at `now` (microseconds). The key's
