@@ -13,13 +13,11 @@
 mod common;
 
 use std::collections::HashSet;
-use std::sync::Arc;
 
 use common::{Dialect, TestDb};
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement, TransactionTrait};
 use task_dedup::{Enqueued, NewTask, PoolerMode, TaskDedup, TaskKey};
 use task_dedup_migration::{Migrator, MigratorTrait};
-use tokio::sync::Barrier;
 
 matrix!(
     the_mode_is_the_handles_not_the_process,
@@ -139,29 +137,39 @@ async fn the_mode_is_the_handles_not_the_process(db: &TestDb) {
         txn.commit().await.expect("commit");
     }
 
-    let direct = pool_at(db, "127.0.0.1", PoolerMode::PreparedStatements, 1).await;
-    let txn = direct.begin().await.expect("begin");
-    let in_txn = prepared_by(&txn, async || {
-        let wrapped = txn.with_pooler_mode(PoolerMode::NoPreparedStatements);
-        let created = wrapped.find_or_enqueue(NewTask::new(key("wrapped"))).await;
-        assert!(created.expect("in a wrapped transaction").is_created());
-        let again = wrapped.find_or_enqueue(NewTask::new(key("wrapped"))).await;
-        assert!(!again.expect("a hit").is_created());
-    })
-    .await;
-    assert_eq!(forms(&in_txn), (false, true), "{in_txn:?}");
-    txn.commit().await.expect("commit");
-    // And the other way round: the pooled pool's transaction, told the default.
-    let pooled = pool_at(db, "localhost", PoolerMode::NoPreparedStatements, 1).await;
-    let txn = pooled.begin().await.expect("begin");
-    let in_txn = prepared_by(&txn, async || {
-        let wrapped = txn.with_pooler_mode(PoolerMode::PreparedStatements);
-        let hit = wrapped.find_or_enqueue(NewTask::new(key("wrapped"))).await;
-        assert!(!hit.expect("a hit").is_created());
-    })
-    .await;
-    assert_eq!(forms(&in_txn), (true, false), "{in_txn:?}");
-    txn.commit().await.expect("commit");
+    // A transaction whose handle says the mode, against its pool's: the direct pool's in
+    // the pooler mode (the function, values written in; a create, then a hit), the pooled
+    // pool's in the default (two hits).
+    for (host, pool_mode, handle_mode, expected, creates) in [
+        (
+            "127.0.0.1",
+            PoolerMode::PreparedStatements,
+            PoolerMode::NoPreparedStatements,
+            (false, true),
+            true,
+        ),
+        (
+            "localhost",
+            PoolerMode::NoPreparedStatements,
+            PoolerMode::PreparedStatements,
+            (true, false),
+            false,
+        ),
+    ] {
+        let pool = pool_at(db, host, pool_mode, 1).await;
+        let txn = pool.begin().await.expect("begin");
+        let in_txn = prepared_by(&txn, async || {
+            let wrapped = txn.with_pooler_mode(handle_mode);
+            for call in 0..2 {
+                let outcome = wrapped.find_or_enqueue(NewTask::new(key("wrapped"))).await;
+                let created = outcome.expect("in a wrapped transaction").is_created();
+                assert_eq!(created, creates && call == 0, "{host}, call {call}");
+            }
+        })
+        .await;
+        assert_eq!(forms(&in_txn), expected, "{host}: {in_txn:?}");
+        txn.commit().await.expect("commit");
+    }
     assert_eq!(
         common::count(&db.db, "SELECT COUNT(*) AS n FROM task_run").await,
         5
@@ -289,29 +297,7 @@ async fn sixty_four_callers_through_the_function_create_exactly_one(db: &TestDb)
     } else {
         db.pool(callers as u32).await.clone()
     };
-    for round in 0..5 {
-        let start = Arc::new(Barrier::new(callers));
-        let mut handles = Vec::new();
-        for _ in 0..callers {
-            let (pool, start) = (pool.clone(), start.clone());
-            handles.push(tokio::spawn(async move {
-                start.wait().await;
-                let task = NewTask::new(key(&format!("contended-{round}")));
-                pool.with_pooler_mode(PoolerMode::NoPreparedStatements)
-                    .find_or_enqueue(task)
-                    .await
-                    .expect("find_or_enqueue")
-            }));
-        }
-        let mut outcomes = Vec::new();
-        for handle in handles {
-            outcomes.push(handle.await.expect("caller"));
-        }
-        let created = outcomes.iter().filter(|o| o.is_created()).count();
-        assert_eq!(created, 1, "round {round}: exactly one caller creates");
-        let ids: HashSet<_> = outcomes.iter().map(|o| o.task().id).collect();
-        assert_eq!(ids.len(), 1, "round {round}: everyone got the same task");
-    }
+    common::storm_one_key(&pool, PoolerMode::NoPreparedStatements, callers).await;
     assert_eq!(
         common::count(&db.db, "SELECT COUNT(*) AS n FROM task_run").await,
         5

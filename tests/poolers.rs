@@ -18,7 +18,6 @@
 
 mod common;
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -30,7 +29,6 @@ use task_dedup::{
     HandlerError, NewTask, PoolerMode, Retry, RetryPolicy, TaskDedup, TaskKey, TaskStatus,
     TaskWorker, Worker, WorkerReport,
 };
-use tokio::sync::Barrier;
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::Layer;
 
@@ -601,26 +599,7 @@ mod tests {
     pub(super) async fn sixty_four_callers_on_one_key_create_exactly_one(pooled: &Pooled<'_>) {
         let callers = 64;
         let pool = pooled.pool(callers as u32).await;
-        for round in 0..5 {
-            let start = Arc::new(Barrier::new(callers));
-            let mut handles = Vec::new();
-            for _ in 0..callers {
-                let (pool, start) = (pool.clone(), start.clone());
-                handles.push(tokio::spawn(async move {
-                    start.wait().await;
-                    let task = NewTask::new(key(&format!("contended-{round}")));
-                    pool.find_or_enqueue(task).await.expect("find_or_enqueue")
-                }));
-            }
-            let mut outcomes = Vec::new();
-            for handle in handles {
-                outcomes.push(handle.await.expect("caller"));
-            }
-            let created = outcomes.iter().filter(|o| o.is_created()).count();
-            assert_eq!(created, 1, "round {round}: exactly one caller creates");
-            let ids: HashSet<_> = outcomes.iter().map(|o| o.task().id).collect();
-            assert_eq!(ids.len(), 1, "round {round}: everyone got the same task");
-        }
+        common::storm_one_key(&pool, pooled.pooler.mode(), callers).await;
     }
 
     /// Its listener, on a connection of the pool, cannot hear: the worker finds out,

@@ -29,12 +29,25 @@ use crate::sql::{self, Dialect};
 #[derive(DeriveMigrationName)]
 pub struct Migration;
 
+/// The function's read of the key's holder (before the insert, and after it yielded).
+macro_rules! holder {
+    () => {
+        "    SELECT * INTO holder FROM task_run t
+     WHERE t.user_id = p_user_id AND t.task_type = p_task_type
+       AND t.resource_key = p_resource_key AND t.dedup_window_end = p_dedup_window_end
+       AND ((t.scope = 'active' AND t.status IN ('queued', 'running'))
+            OR (t.scope = 'queued' AND t.status = 'queued') OR t.scope = 'period');
+"
+    };
+}
+
 /// `SETOF task_run` and `SELECT *`: its rows are `task_run`'s rows as the table is when
 /// the session first runs it (the caller names the columns it reads). The key's
 /// predicate is written out as literals, as in the statements: with parameters in it the
 /// conflict target no longer matches the partial index once a plan turns generic
 /// (42P10).
-const POSTGRES_FUNCTION: &str = "CREATE OR REPLACE FUNCTION task_dedup_insert_or_find_v1( \
+const POSTGRES_FUNCTION: &str = concat!(
+    "CREATE OR REPLACE FUNCTION task_dedup_insert_or_find_v1( \
     p_id uuid, p_user_id text, p_task_type text, p_resource_key text, p_payload jsonb, \
     p_created_at timestamptz, p_updated_at timestamptz, p_run_at timestamptz, \
     p_priority int2, p_scope text, p_dedup_window_end int8, p_concurrent bool) \
@@ -42,12 +55,9 @@ RETURNS SETOF task_run LANGUAGE plpgsql VOLATILE AS $task_dedup$
 DECLARE
     holder task_run;
 BEGIN
-    SELECT * INTO holder FROM task_run t
-     WHERE t.user_id = p_user_id AND t.task_type = p_task_type
-       AND t.resource_key = p_resource_key AND t.dedup_window_end = p_dedup_window_end
-       AND ((t.scope = 'active' AND t.status IN ('queued', 'running'))
-            OR (t.scope = 'queued' AND t.status = 'queued') OR t.scope = 'period');
-    IF FOUND THEN
+",
+    holder!(),
+    "    IF FOUND THEN
         RETURN NEXT holder;
         RETURN;
     END IF;
@@ -65,17 +75,15 @@ BEGIN
         RETURN NEXT holder;
         RETURN;
     END IF;
-    SELECT * INTO holder FROM task_run t
-     WHERE t.user_id = p_user_id AND t.task_type = p_task_type
-       AND t.resource_key = p_resource_key AND t.dedup_window_end = p_dedup_window_end
-       AND ((t.scope = 'active' AND t.status IN ('queued', 'running'))
-            OR (t.scope = 'queued' AND t.status = 'queued') OR t.scope = 'period');
-    IF FOUND THEN
+",
+    holder!(),
+    "    IF FOUND THEN
         RETURN NEXT holder;
     END IF;
     RETURN;
 END
-$task_dedup$";
+$task_dedup$"
+);
 
 const POSTGRES_DOWN: &str = "DROP FUNCTION IF EXISTS task_dedup_insert_or_find_v1( \
     uuid, text, text, text, jsonb, timestamptz, timestamptz, timestamptz, int2, text, int8, bool)";

@@ -444,3 +444,38 @@ pub async fn wait_for_session(
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
 }
+
+/// Five rounds of `callers` tasks released together at a barrier, each a
+/// `find_or_enqueue` of one key (a new one per round) on `pool` in `mode`: asserts that
+/// exactly one caller of each round creates and that everyone holds the same task.
+pub async fn storm_one_key(
+    pool: &DatabaseConnection,
+    mode: task_dedup::PoolerMode,
+    callers: usize,
+) {
+    use task_dedup::{NewTask, TaskDedup, TaskKey};
+    for round in 0..5 {
+        let start = std::sync::Arc::new(tokio::sync::Barrier::new(callers));
+        let mut handles = Vec::new();
+        for _ in 0..callers {
+            let (pool, start) = (pool.clone(), start.clone());
+            handles.push(tokio::spawn(async move {
+                start.wait().await;
+                let resource = format!("contended-{round}");
+                let key = TaskKey::new("user-1", "export", &resource).expect("valid key");
+                pool.with_pooler_mode(mode)
+                    .find_or_enqueue(NewTask::new(key))
+                    .await
+                    .expect("find_or_enqueue")
+            }));
+        }
+        let mut outcomes = Vec::new();
+        for handle in handles {
+            outcomes.push(handle.await.expect("caller"));
+        }
+        let created = outcomes.iter().filter(|o| o.is_created()).count();
+        assert_eq!(created, 1, "round {round}: exactly one caller creates");
+        let ids: std::collections::HashSet<_> = outcomes.iter().map(|o| o.task().id).collect();
+        assert_eq!(ids.len(), 1, "round {round}: everyone got the same task");
+    }
+}

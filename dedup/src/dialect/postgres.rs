@@ -148,16 +148,25 @@ macro_rules! optimistic_end {
 /// The function `PoolerMode::NoPreparedStatements` calls for a hit or a create
 /// (migration `m20261203_000009_task_dedup_pooler_function`), with its argument types:
 /// what `to_regprocedure` looks up. A changed function comes under a new name.
-pub(crate) const INSERT_OR_FIND_FUNCTION: &str = "task_dedup_insert_or_find_v1(uuid, text, \
-     text, text, jsonb, timestamptz, timestamptz, timestamptz, int2, text, int8, bool)";
+macro_rules! insert_or_find_function {
+    () => {
+        "task_dedup_insert_or_find_v1(uuid, text, text, text, jsonb, timestamptz, \
+         timestamptz, timestamptz, int2, text, int8, bool)"
+    };
+}
+
+/// [`insert_or_find_function!`], for the warning while it is missing.
+pub(crate) const INSERT_OR_FIND_FUNCTION: &str = insert_or_find_function!();
 
 /// The migration that creates [`INSERT_OR_FIND_FUNCTION`].
 pub(crate) const INSERT_OR_FIND_MIGRATION: &str = "m20261203_000009_task_dedup_pooler_function";
 
 /// Whether the database has [`INSERT_OR_FIND_FUNCTION`] (in the search path).
-pub(crate) const HAS_INSERT_OR_FIND: &str = "SELECT to_regprocedure('task_dedup_insert_or_find_v1(\
-     uuid, text, text, text, jsonb, timestamptz, timestamptz, timestamptz, int2, text, int8, \
-     bool)') IS NOT NULL";
+pub(crate) const HAS_INSERT_OR_FIND: &str = concat!(
+    "SELECT to_regprocedure('",
+    insert_or_find_function!(),
+    "') IS NOT NULL"
+);
 
 /// `insert_or_find` in `PoolerMode::NoPreparedStatements`: the function, with the
 /// parameters of [`Statements::insert_or_find`] (each written in as a typed literal,
