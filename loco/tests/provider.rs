@@ -1,0 +1,438 @@
+//! The provider as a Loco application uses it, on SQLite, PostgreSQL and MySQL/MariaDB
+//! (the workspace's dialect-matrix harness, `tests/common`): workers registered through
+//! Loco's `Queue::register`, jobs enqueued through `BackgroundWorker::perform_later`,
+//! run by Loco's `Queue::run`, each outcome read back from `task_run`.
+// A test file: a panic is how it fails.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use common::TestDb;
+use loco_rs::app::AppContext;
+use loco_rs::bgworker::{BackgroundWorker, JobStatus, Queue, QueueProvider};
+use loco_rs::config::Config;
+use loco_rs::environment::Environment;
+use sea_orm::{DatabaseConnection, EntityTrait, TransactionTrait};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use task_dedup::{TaskAdmin, TaskStatus, task_run};
+use task_dedup_loco::{ARGS_KEY_PREFIX, Dedup, JobKey, QueueError, TaskDedupQueue};
+use tokio::sync::Barrier;
+
+matrix!(
+    repeated_perform_later_is_one_job_that_runs_once,
+    key_order_does_not_make_another_job,
+    a_class_keyed_by_user_or_never_deduplicated,
+    arguments_no_handler_decodes_fail_the_job,
+    a_failing_job_is_retried_then_fails,
+    a_job_enqueued_in_a_rolled_back_transaction_never_exists,
+    loco_admin_calls_answer_from_task_run,
+    run_without_a_runnable_class_is_a_clear_error,
+);
+
+/// How many times each scope's jobs ran (tests run in parallel; each uses its own scope).
+static RUNS: LazyLock<Mutex<HashMap<String, u32>>> = LazyLock::new(Mutex::default);
+
+fn runs(scope: &str) -> u32 {
+    RUNS.lock().unwrap().get(scope).copied().unwrap_or(0)
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct ExportArgs {
+    scope: String,
+    user: u64,
+    #[serde(default)]
+    fail: bool,
+}
+
+struct ExportWorker;
+
+#[async_trait]
+impl BackgroundWorker<ExportArgs> for ExportWorker {
+    fn build(_ctx: &AppContext) -> Self {
+        ExportWorker
+    }
+
+    async fn perform(&self, args: ExportArgs) -> loco_rs::Result<()> {
+        *RUNS.lock().unwrap().entry(args.scope.clone()).or_default() += 1;
+        if args.fail {
+            return Err(loco_rs::Error::string("the export service said no"));
+        }
+        Ok(())
+    }
+}
+
+/// Deduplicated per user (a key function), not per arguments.
+struct ReportWorker;
+
+#[async_trait]
+impl BackgroundWorker<ExportArgs> for ReportWorker {
+    fn build(_ctx: &AppContext) -> Self {
+        ReportWorker
+    }
+
+    async fn perform(&self, args: ExportArgs) -> loco_rs::Result<()> {
+        *RUNS.lock().unwrap().entry(args.scope).or_default() += 1;
+        Ok(())
+    }
+}
+
+/// Never deduplicated.
+struct MailWorker;
+
+#[async_trait]
+impl BackgroundWorker<ExportArgs> for MailWorker {
+    fn build(_ctx: &AppContext) -> Self {
+        MailWorker
+    }
+
+    async fn perform(&self, _args: ExportArgs) -> loco_rs::Result<()> {
+        Ok(())
+    }
+}
+
+fn args(scope: &str) -> ExportArgs {
+    ExportArgs {
+        scope: scope.to_owned(),
+        user: 7,
+        fail: false,
+    }
+}
+
+fn config() -> Config {
+    Config::from_folder(
+        &Environment::Test,
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/config"),
+    )
+    .expect("tests/config/test.yaml")
+}
+
+/// A Loco context on `db` with the queue installed and the three workers registered.
+async fn app(db: &DatabaseConnection) -> (AppContext, TaskDedupQueue) {
+    let queue = TaskDedupQueue::builder(db.clone())
+        .class::<ReportWorker, ExportArgs>(Dedup::by_key(|a: &ExportArgs| {
+            JobKey::new("monthly-report").user(a.user.to_string())
+        }))
+        .class::<MailWorker, ExportArgs>(Dedup::Never)
+        .worker(|w| {
+            w.poll_interval(Duration::from_millis(10), Duration::from_millis(50))
+                .retry_policy(task_dedup::RetryPolicy {
+                    max_attempts: 2,
+                    base_delay: Duration::from_millis(10),
+                    max_delay: Duration::from_millis(10),
+                    jitter: 0.0,
+                })
+        })
+        .build();
+    let ctx = AppContext::builder(Environment::Test, db.clone(), config()).build();
+    let ctx = queue.install(ctx);
+    let provider = ctx.queue_provider.clone().expect("installed");
+    provider.register(ExportWorker).await.unwrap();
+    provider.register(ReportWorker).await.unwrap();
+    provider.register(MailWorker).await.unwrap();
+    (ctx, queue)
+}
+
+fn provider(ctx: &AppContext) -> Arc<Queue> {
+    ctx.queue_provider.clone().expect("installed")
+}
+
+/// Runs the queue's worker until every task of the database is finished.
+async fn drain(ctx: &AppContext, db: &DatabaseConnection) {
+    let queue = provider(ctx);
+    let runner = {
+        let queue = queue.clone();
+        tokio::spawn(async move { queue.run(Vec::new()).await })
+    };
+    for _ in 0..500 {
+        let active = task_run::Entity::find()
+            .all(db)
+            .await
+            .unwrap()
+            .iter()
+            .filter(|t| t.status.is_active())
+            .count();
+        if active == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    queue.shutdown().unwrap();
+    runner.await.unwrap().unwrap();
+}
+
+async fn tasks(db: &DatabaseConnection) -> Vec<task_run::Model> {
+    task_run::Entity::find().all(db).await.unwrap()
+}
+
+fn scope(db: &TestDb, test: &str) -> String {
+    format!("{test}-{}", db.dialect.name())
+}
+
+/// 64 callers `perform_later` the same arguments at once, each on its own connection:
+/// one job, every caller gets its id, and it runs once.
+async fn repeated_perform_later_is_one_job_that_runs_once(db: &TestDb) {
+    db.migrate().await;
+    let pool = db.pool(16).await;
+    let (ctx, _queue) = app(&pool.db).await;
+    let scope = scope(db, "storm");
+    let barrier = Arc::new(Barrier::new(64));
+    let mut callers = Vec::new();
+    for _ in 0..64 {
+        let (ctx, barrier, args) = (ctx.clone(), barrier.clone(), args(&scope));
+        callers.push(tokio::spawn(async move {
+            barrier.wait().await;
+            ExportWorker::perform_later(&ctx, args).await.unwrap()
+        }));
+    }
+    let mut ids = Vec::new();
+    for caller in callers {
+        ids.push(caller.await.unwrap());
+    }
+    ids.dedup();
+    assert_eq!(ids.len(), 1, "every caller got the one job's id");
+    let rows = tasks(&db.db).await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].id.to_string(), ids[0]);
+    assert_eq!(rows[0].task_type, "ExportWorker");
+    assert!(rows[0].resource_key.starts_with(ARGS_KEY_PREFIX));
+    drain(&ctx, &db.db).await;
+    assert_eq!(runs(&scope), 1);
+    let rows = tasks(&db.db).await;
+    assert_eq!(rows[0].status, TaskStatus::Succeeded);
+    // Finished: the same arguments make a new job.
+    let again = ExportWorker::perform_later(&ctx, args(&scope))
+        .await
+        .unwrap();
+    assert_ne!(again, ids[0]);
+}
+
+/// The same arguments with their JSON keys in another order are the same job; other
+/// arguments another; `perform_all_later` goes through the same keys.
+async fn key_order_does_not_make_another_job(db: &TestDb) {
+    db.migrate().await;
+    let (ctx, _queue) = app(&db.db).await;
+    let queue = provider(&ctx);
+    let scope = scope(db, "order");
+    let a = queue
+        .enqueue(
+            "ExportWorker".into(),
+            None,
+            json!({"scope": scope, "user": 7, "fail": false}),
+            None,
+            None,
+        )
+        .await
+        .unwrap();
+    let b = queue
+        .enqueue(
+            "ExportWorker".into(),
+            None,
+            serde_json::from_str::<serde_json::Value>(&format!(
+                r#"{{"fail": false, "user": 7, "scope": "{scope}"}}"#
+            ))
+            .unwrap(),
+            None,
+            Some(5),
+        )
+        .await
+        .unwrap();
+    assert_eq!(a, b);
+    let mut other = args(&scope);
+    other.user = 8;
+    let batch = ExportWorker::perform_all_later(&ctx, vec![args(&scope), other.clone(), other])
+        .await
+        .unwrap();
+    assert_eq!(batch[0], a.clone().unwrap());
+    assert_eq!(batch[1], batch[2]);
+    assert_ne!(batch[1], batch[0]);
+    assert_eq!(tasks(&db.db).await.len(), 2);
+}
+
+/// A class keyed by user: other arguments of the same user are the same job, and the
+/// row carries the user; a class never deduplicated: one job per call.
+async fn a_class_keyed_by_user_or_never_deduplicated(db: &TestDb) {
+    db.migrate().await;
+    let (ctx, _queue) = app(&db.db).await;
+    let scope = scope(db, "keyed");
+    let first = ReportWorker::perform_later(&ctx, args(&scope))
+        .await
+        .unwrap();
+    let mut same_user = args(&scope);
+    same_user.fail = true;
+    assert_eq!(
+        ReportWorker::perform_later(&ctx, same_user).await.unwrap(),
+        first
+    );
+    let report = task_run::Entity::find_by_id(first.parse::<uuid::Uuid>().unwrap())
+        .one(&db.db)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (report.user_id.as_str(), report.resource_key.as_str()),
+        ("7", "monthly-report")
+    );
+    let a = MailWorker::perform_later(&ctx, args(&scope)).await.unwrap();
+    let b = MailWorker::perform_later(&ctx, args(&scope)).await.unwrap();
+    assert_ne!(a, b);
+    assert_eq!(tasks(&db.db).await.len(), 3);
+}
+
+/// Arguments the worker's type cannot decode: the job fails at once (one attempt) with
+/// the decoding error; the worker goes on with the next job.
+async fn arguments_no_handler_decodes_fail_the_job(db: &TestDb) {
+    db.migrate().await;
+    let (ctx, _queue) = app(&db.db).await;
+    let scope = scope(db, "decode");
+    let queue = provider(&ctx);
+    let bad = queue
+        .enqueue(
+            "ExportWorker".into(),
+            None,
+            json!({"user": "not a number"}),
+            None,
+            None,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    ExportWorker::perform_later(&ctx, args(&scope))
+        .await
+        .unwrap();
+    drain(&ctx, &db.db).await;
+    let bad = db.db.get_task(bad.parse().unwrap()).await.unwrap().unwrap();
+    assert_eq!(bad.status, TaskStatus::Failed);
+    assert_eq!(bad.attempts, 1);
+    let error = bad.error.unwrap_or_default();
+    assert!(
+        error.contains("decode") && error.contains("ExportWorker"),
+        "{error}"
+    );
+    assert_eq!(runs(&scope), 1, "the good job ran");
+}
+
+/// A `perform` that returns an error is retried by the worker's policy (2 attempts
+/// here), then fails with the worker's message.
+async fn a_failing_job_is_retried_then_fails(db: &TestDb) {
+    db.migrate().await;
+    let (ctx, _queue) = app(&db.db).await;
+    let scope = scope(db, "retry");
+    let mut failing = args(&scope);
+    failing.fail = true;
+    let id = ExportWorker::perform_later(&ctx, failing).await.unwrap();
+    drain(&ctx, &db.db).await;
+    let task = db.db.get_task(id.parse().unwrap()).await.unwrap().unwrap();
+    assert_eq!((task.status, task.attempts), (TaskStatus::Failed, 2));
+    assert!(
+        task.error
+            .unwrap_or_default()
+            .contains("the export service said no")
+    );
+    assert_eq!(runs(&scope), 2);
+}
+
+/// `TaskDedupQueue::enqueue` in the request's transaction: it says created; rolled
+/// back, the job is gone and nothing runs; committed, it is there.
+async fn a_job_enqueued_in_a_rolled_back_transaction_never_exists(db: &TestDb) {
+    db.migrate().await;
+    let (ctx, queue) = app(&db.db).await;
+    let scope = scope(db, "txn");
+    let txn = db.db.begin().await.unwrap();
+    let outcome = queue
+        .enqueue::<ExportWorker, _, _>(&txn, &args(&scope))
+        .await
+        .unwrap();
+    assert!(outcome.is_created());
+    txn.rollback().await.unwrap();
+    assert!(tasks(&db.db).await.is_empty());
+    let txn = db.db.begin().await.unwrap();
+    let kept = queue
+        .enqueue::<ExportWorker, _, _>(&txn, &args(&scope))
+        .await
+        .unwrap();
+    txn.commit().await.unwrap();
+    let hit = queue
+        .enqueue::<ExportWorker, _, _>(&db.db, &args(&scope))
+        .await
+        .unwrap();
+    assert!(!hit.is_created());
+    assert_eq!(hit.task().id, kept.task().id);
+    drain(&ctx, &db.db).await;
+    assert_eq!(runs(&scope), 1);
+}
+
+/// `get_jobs`, `cancel_jobs`, `retry_failed`, `clear_by_status`, `clear`: Loco's admin
+/// calls, answered from `task_run`.
+async fn loco_admin_calls_answer_from_task_run(db: &TestDb) {
+    db.migrate().await;
+    let (ctx, direct) = app(&db.db).await;
+    let queue = provider(&ctx);
+    let scope = scope(db, "admin");
+    // Loco's `Queue::get_jobs` is private to it (its `jobs dump` command uses it): the
+    // provider's own, through the trait.
+    let get_jobs = async |status: Option<Vec<JobStatus>>| {
+        QueueProvider::get_jobs(&direct, status.as_ref(), None)
+            .await
+            .unwrap()
+    };
+    let mut failing = args(&scope);
+    failing.fail = true;
+    failing.user = 1;
+    ExportWorker::perform_later(&ctx, failing).await.unwrap();
+    drain(&ctx, &db.db).await;
+    let queued = MailWorker::perform_later(&ctx, args(&scope)).await.unwrap();
+
+    let failed = get_jobs(Some(vec![JobStatus::Failed])).await;
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0].name, "ExportWorker");
+    assert_eq!(failed[0].data["user"], 1);
+    let all = get_jobs(None).await;
+    assert_eq!(all.len(), 2);
+
+    queue.cancel_jobs("MailWorker").await.unwrap();
+    let mail = db
+        .db
+        .get_task(queued.parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(mail.status, TaskStatus::Cancelled);
+
+    assert_eq!(queue.retry_failed(None).await.unwrap(), 1);
+    let retried = get_jobs(Some(vec![JobStatus::Queued])).await;
+    assert_eq!(retried.len(), 1);
+    assert!(matches!(
+        queue.retry_failed(Some("not-a-uuid")).await,
+        Err(loco_rs::Error::Any(err)) if err.downcast_ref::<QueueError>().is_some()
+    ));
+
+    queue
+        .clear_by_status(vec![JobStatus::Cancelled])
+        .await
+        .unwrap();
+    assert_eq!(tasks(&db.db).await.len(), 1);
+    queue.clear().await.unwrap();
+    assert!(tasks(&db.db).await.is_empty());
+    queue.ping().await.unwrap();
+    queue.setup().await.unwrap();
+}
+
+/// A worker process started with tags no class carries would claim nothing forever:
+/// `run` says so instead.
+async fn run_without_a_runnable_class_is_a_clear_error(db: &TestDb) {
+    db.migrate().await;
+    let (ctx, _queue) = app(&db.db).await;
+    let err = provider(&ctx)
+        .run(vec!["nobody-has-this-tag".into()])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("nobody-has-this-tag"), "{err}");
+}
