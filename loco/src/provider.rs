@@ -129,13 +129,20 @@ impl TaskDedupQueue {
         }
     }
 
-    /// `ctx` with this queue as its queue provider, and `workers.mode` set to
-    /// `BackgroundQueue` (so that `perform_later` enqueues). Call it in
-    /// `Hooks::after_context`; the config needs no `queue:` section (Loco would open
-    /// its own queue for one).
+    /// `ctx` with this queue as its queue provider. Call it in `Hooks::after_context`.
+    ///
+    /// Loco refuses to boot in `BackgroundQueue` mode without a `queue:` section, and
+    /// opens a queue of its own for one; so the config leaves `queue:` out and says
+    /// `workers.mode: BackgroundAsync` (what `loco new --bg async` writes), and
+    /// `install` turns that into `BackgroundQueue` with this queue: `perform_later`
+    /// enqueues here. `ForegroundBlocking` (the generated test config) is kept: jobs run
+    /// inline in the request, as the application's tests expect, and
+    /// [`enqueue`](Self::enqueue) and Loco's `run` still use this queue.
     #[must_use]
     pub fn install(&self, mut ctx: AppContext) -> AppContext {
-        ctx.config.workers.mode = WorkerMode::BackgroundQueue;
+        if ctx.config.workers.mode != WorkerMode::ForegroundBlocking {
+            ctx.config.workers.mode = WorkerMode::BackgroundQueue;
+        }
         ctx.queue_provider = Some(Arc::new(Queue::from_provider(Arc::new(self.clone()))));
         ctx
     }

@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use common::TestDb;
 use loco_rs::app::AppContext;
 use loco_rs::bgworker::{BackgroundWorker, JobStatus, Queue, QueueProvider};
-use loco_rs::config::Config;
+use loco_rs::config::{Config, WorkerMode};
 use loco_rs::environment::Environment;
 use sea_orm::{DatabaseConnection, EntityTrait, TransactionTrait};
 use serde::{Deserialize, Serialize};
@@ -35,6 +35,8 @@ matrix!(
     a_job_enqueued_in_a_rolled_back_transaction_never_exists,
     loco_admin_calls_answer_from_task_run,
     run_without_a_runnable_class_is_a_clear_error,
+    foreground_blocking_is_kept_for_tests_that_run_jobs_inline,
+    a_class_no_process_registered_waits_queued,
 );
 
 /// How many times each scope's jobs ran (tests run in parallel; each uses its own scope).
@@ -131,8 +133,12 @@ async fn app(db: &DatabaseConnection) -> (AppContext, TaskDedupQueue) {
                 })
         })
         .build();
-    let ctx = AppContext::builder(Environment::Test, db.clone(), config()).build();
+    let mut config = config();
+    // What a `loco new --bg async` application's config says.
+    config.workers.mode = WorkerMode::BackgroundAsync;
+    let ctx = AppContext::builder(Environment::Test, db.clone(), config).build();
     let ctx = queue.install(ctx);
+    assert_eq!(ctx.config.workers.mode, WorkerMode::BackgroundQueue);
     let provider = ctx.queue_provider.clone().expect("installed");
     provider.register(ExportWorker).await.unwrap();
     provider.register(ReportWorker).await.unwrap();
@@ -435,4 +441,50 @@ async fn run_without_a_runnable_class_is_a_clear_error(db: &TestDb) {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("nobody-has-this-tag"), "{err}");
+}
+
+/// The generated test config's `ForegroundBlocking`: `perform_later` runs the job in
+/// the call, as the application's own tests expect; nothing is stored.
+async fn foreground_blocking_is_kept_for_tests_that_run_jobs_inline(db: &TestDb) {
+    db.migrate().await;
+    let mut config = config();
+    config.workers.mode = WorkerMode::ForegroundBlocking;
+    let queue = TaskDedupQueue::builder(db.db.clone()).build();
+    let ctx = queue.install(AppContext::builder(Environment::Test, db.db.clone(), config).build());
+    assert_eq!(ctx.config.workers.mode, WorkerMode::ForegroundBlocking);
+    let scope = scope(db, "inline");
+    ExportWorker::perform_later(&ctx, args(&scope))
+        .await
+        .unwrap();
+    assert_eq!(runs(&scope), 1);
+    assert!(tasks(&db.db).await.is_empty());
+}
+
+/// A job of a class this process has no handler for: the worker does not claim it (no
+/// attempt is spent, nothing fails); it waits, queued, for a process that has one.
+async fn a_class_no_process_registered_waits_queued(db: &TestDb) {
+    db.migrate().await;
+    let (ctx, _queue) = app(&db.db).await;
+    let queue = provider(&ctx);
+    let id = queue
+        .enqueue(
+            "InvoiceWorker".into(),
+            None,
+            json!({"invoice": 1}),
+            None,
+            None,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    let runner = {
+        let queue = queue.clone();
+        tokio::spawn(async move { queue.run(Vec::new()).await })
+    };
+    // A claim comes within the 10-50 ms poll; give it several.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    queue.shutdown().unwrap();
+    runner.await.unwrap().unwrap();
+    let task = db.db.get_task(id.parse().unwrap()).await.unwrap().unwrap();
+    assert_eq!((task.status, task.attempts), (TaskStatus::Queued, 0));
 }

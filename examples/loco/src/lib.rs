@@ -1,0 +1,10 @@
+pub mod app;
+pub mod controllers;
+pub mod data;
+pub mod dtos;
+pub mod initializers;
+pub mod mailers;
+pub mod models;
+pub mod tasks;
+pub mod views;
+pub mod workers;

@@ -1,0 +1,1 @@
+Your reset password link

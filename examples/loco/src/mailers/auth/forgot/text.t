@@ -1,0 +1,3 @@
+Reset your password with this link:
+
+{{host}}/reset#{{resetToken}}

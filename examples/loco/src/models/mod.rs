@@ -1,0 +1,2 @@
+pub mod _entities;
+pub mod users;

@@ -1,0 +1,3 @@
+pub mod downloader;
+
+pub mod report;

@@ -1,0 +1,4 @@
+mod models;
+mod requests;
+mod tasks;
+mod workers;

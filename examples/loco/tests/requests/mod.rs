@@ -1,0 +1,4 @@
+mod auth;
+mod prepare_data;
+
+pub mod reports;

@@ -1,0 +1,2 @@
+pub mod user_create;
+pub mod user_delete;
