@@ -848,23 +848,8 @@ async fn sqlite_process_killed_mid_write_leaves_a_sound_database() {
 /// exports) while 16 callers enqueue. Every call gets an answer, or a `ConnectionLost`
 /// within its budget; no key is held twice; every task reported created is stored.
 async fn restart_under_load(db: &TestDb) {
-    let var = match db.dialect {
-        Dialect::Postgres => "TASK_DEDUP_POSTGRES_RESTART",
-        Dialect::MySql => "TASK_DEDUP_MYSQL_RESTART",
-        Dialect::Sqlite => unreachable!("no server to restart"),
-    };
-    let restart = match std::env::var(var) {
-        Ok(command) => command,
-        Err(_) if std::env::var("CI").is_ok_and(|v| v == "true") => {
-            panic!("{var} is required under CI=true")
-        }
-        Err(_) => {
-            eprintln!(
-                "[task-dedup tests] skipped the restart of {:?}: {var} is not set",
-                db.dialect
-            );
-            return;
-        }
+    let Some(restart) = common::restart_command(db.dialect) else {
+        return;
     };
     db.migrate().await;
     let budget = Duration::from_secs(30);
@@ -875,7 +860,7 @@ async fn restart_under_load(db: &TestDb) {
         .acquire_timeout(acquire_timeout)
         .sqlx_logging(false);
     let pool = task_dedup::connect_with(options).await.expect("pool");
-    let started_at = server_started_at(&pool, db.dialect).await;
+    let started_at = common::server_started_at(&pool, db.dialect).await;
 
     let stop = Arc::new(AtomicBool::new(false));
     let mut callers = Vec::new();
@@ -905,12 +890,7 @@ async fn restart_under_load(db: &TestDb) {
         }));
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let status =
-        tokio::task::spawn_blocking(move || Command::new("sh").args(["-c", &restart]).status())
-            .await
-            .expect("restart task")
-            .expect("run the restart command");
-    assert!(status.success(), "restart command failed");
+    common::restart_server(restart).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     stop.store(true, Ordering::Relaxed);
 
@@ -924,7 +904,7 @@ async fn restart_under_load(db: &TestDb) {
         slowest = slowest.max(s);
     }
     assert_ne!(
-        server_started_at(&pool, db.dialect).await,
+        common::server_started_at(&pool, db.dialect).await,
         started_at,
         "the server really restarted"
     );
@@ -951,23 +931,6 @@ async fn restart_under_load(db: &TestDb) {
             .await
             .is_ok()
     );
-}
-
-/// When the server last started, as it says.
-async fn server_started_at(db: &DatabaseConnection, dialect: Dialect) -> String {
-    let sql = match dialect {
-        Dialect::Postgres => "SELECT pg_postmaster_start_time()::text AS started",
-        _ => {
-            "SELECT CAST(UTC_TIMESTAMP() - INTERVAL VARIABLE_VALUE SECOND AS CHAR) AS started \
-              FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'UPTIME'"
-        }
-    };
-    let row = db
-        .query_one_raw(Statement::from_string(dialect.backend(), sql))
-        .await
-        .expect("server start")
-        .expect("a row");
-    row.try_get("", "started").expect("started")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -1,6 +1,7 @@
 //! [`TaskDedupQueue`]: Loco's `QueueProvider` over `task_run` and task-dedup's Worker.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::Utc;
@@ -53,6 +54,7 @@ pub struct TaskDedupQueue {
     db: DatabaseConnection,
     registry: Arc<Registry>,
     configure: Arc<Configure>,
+    retry_budget: Option<Duration>,
     shutdown: CancellationToken,
 }
 
@@ -71,6 +73,7 @@ pub struct TaskDedupQueueBuilder {
     default_dedup: Dedup,
     classes: Vec<(String, Option<Dedup>, Vec<String>)>,
     configure: Arc<Configure>,
+    retry_budget: Option<Duration>,
 }
 
 impl TaskDedupQueueBuilder {
@@ -102,6 +105,15 @@ impl TaskDedupQueueBuilder {
         self
     }
 
+    /// How long `perform_later` keeps retrying on a fresh connection after its
+    /// connection was lost, e.g. while the database restarts
+    /// ([`NewTask::retry_budget`]). Default: the pool handle's, else
+    /// [`task_dedup::DEFAULT_RETRY_BUDGET`] (5 s).
+    pub fn retry_budget(mut self, budget: Duration) -> TaskDedupQueueBuilder {
+        self.retry_budget = Some(budget);
+        self
+    }
+
     /// The queue.
     pub fn build(self) -> TaskDedupQueue {
         let registry = Registry::new(self.default_dedup);
@@ -112,6 +124,7 @@ impl TaskDedupQueueBuilder {
             db: self.db,
             registry: Arc::new(registry),
             configure: self.configure,
+            retry_budget: self.retry_budget,
             shutdown: CancellationToken::new(),
         }
     }
@@ -126,6 +139,7 @@ impl TaskDedupQueue {
             default_dedup: Dedup::ByArgs,
             classes: Vec::new(),
             configure: Arc::new(|builder| builder),
+            retry_budget: None,
         }
     }
 
@@ -186,9 +200,13 @@ impl TaskDedupQueue {
     ) -> Result<NewTask, QueueError> {
         let key = self.registry.dedup(class).key(class, &args)?;
         self.registry.saw_tags(class, tags);
-        Ok(NewTask::new(key)
+        let task = NewTask::new(key)
             .with_payload(jobs::envelope(args, queue, tags))
-            .priority(jobs::priority(priority)))
+            .priority(jobs::priority(priority));
+        Ok(match self.retry_budget {
+            Some(budget) => task.retry_budget(budget),
+            None => task,
+        })
     }
 
     /// Every task of the known classes that `statuses` (all when `None`) and `before`

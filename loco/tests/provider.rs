@@ -8,13 +8,16 @@
 #[path = "../../tests/common/mod.rs"]
 mod common;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, BufReader};
 use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use common::TestDb;
+use common::{Dialect, TestDb, run};
 use loco_rs::app::AppContext;
 use loco_rs::bgworker::{BackgroundWorker, JobStatus, Queue, QueueProvider};
 use loco_rs::config::{Config, WorkerMode};
@@ -37,6 +40,7 @@ matrix!(
     run_without_a_runnable_class_is_a_clear_error,
     foreground_blocking_is_kept_for_tests_that_run_jobs_inline,
     a_class_no_process_registered_waits_queued,
+    a_killed_worker_process_jobs_come_back_and_run_once,
 );
 
 /// How many times each scope's jobs ran (tests run in parallel; each uses its own scope).
@@ -100,6 +104,36 @@ impl BackgroundWorker<ExportArgs> for MailWorker {
     }
 }
 
+/// Set in the worker process that [`a_killed_worker_process_jobs_come_back_and_run_once`]
+/// kills: its jobs say they started, then never end.
+const HANG: &str = "TASK_DEDUP_LOCO_CHILD_HANG";
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct StepArgs {
+    scope: String,
+    step: u32,
+}
+
+/// A job that, in the doomed process, starts and never ends.
+struct StepWorker;
+
+#[async_trait]
+impl BackgroundWorker<StepArgs> for StepWorker {
+    fn build(_ctx: &AppContext) -> Self {
+        StepWorker
+    }
+
+    async fn perform(&self, args: StepArgs) -> loco_rs::Result<()> {
+        if std::env::var_os(HANG).is_some() {
+            println!("started {}", args.step);
+            std::future::pending::<()>().await;
+        }
+        let run = format!("{}-{}", args.scope, args.step);
+        *RUNS.lock().unwrap().entry(run).or_default() += 1;
+        Ok(())
+    }
+}
+
 fn args(scope: &str) -> ExportArgs {
     ExportArgs {
         scope: scope.to_owned(),
@@ -116,15 +150,19 @@ fn config() -> Config {
     .expect("tests/config/test.yaml")
 }
 
-/// A Loco context on `db` with the queue installed and the three workers registered.
+/// A Loco context on `db` with the queue installed and the four workers registered.
 async fn app(db: &DatabaseConnection) -> (AppContext, TaskDedupQueue) {
     let queue = TaskDedupQueue::builder(db.clone())
         .class::<ReportWorker, ExportArgs>(Dedup::by_key(|a: &ExportArgs| {
             JobKey::new("monthly-report").user(a.user.to_string())
         }))
         .class::<MailWorker, ExportArgs>(Dedup::Never)
+        // A lease of 2 s: a killed process's jobs come back within the tests' wait.
+        .retry_budget(Duration::from_secs(30))
         .worker(|w| {
             w.poll_interval(Duration::from_millis(10), Duration::from_millis(50))
+                .lease(Duration::from_secs(2))
+                .reap_every(Duration::from_millis(200))
                 .retry_policy(task_dedup::RetryPolicy {
                     max_attempts: 2,
                     base_delay: Duration::from_millis(10),
@@ -143,6 +181,7 @@ async fn app(db: &DatabaseConnection) -> (AppContext, TaskDedupQueue) {
     provider.register(ExportWorker).await.unwrap();
     provider.register(ReportWorker).await.unwrap();
     provider.register(MailWorker).await.unwrap();
+    provider.register(StepWorker).await.unwrap();
     (ctx, queue)
 }
 
@@ -487,4 +526,175 @@ async fn a_class_no_process_registered_waits_queued(db: &TestDb) {
     runner.await.unwrap().unwrap();
     let task = db.db.get_task(id.parse().unwrap()).await.unwrap().unwrap();
     assert_eq!((task.status, task.attempts), (TaskStatus::Queued, 0));
+}
+
+/// A Loco worker process killed (SIGKILL) while three jobs run: their leases expire,
+/// this process's worker takes them back, and each runs to success once here (its
+/// second attempt).
+async fn a_killed_worker_process_jobs_come_back_and_run_once(db: &TestDb) {
+    db.migrate().await;
+    let (ctx, _queue) = app(&db.db).await;
+    let scope = scope(db, "killed");
+    let mut ids = HashSet::new();
+    for step in 0..3 {
+        let args = StepArgs {
+            scope: scope.clone(),
+            step,
+        };
+        ids.insert(StepWorker::perform_later(&ctx, args).await.unwrap());
+    }
+    let mut doomed = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "child_loco_worker_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("TASK_DEDUP_LOCO_CHILD_URL", &db.url)
+        .env(HANG, "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(doomed.stdout.take().unwrap()).lines();
+    let mut started = HashSet::new();
+    while started.len() < 3 {
+        let line = lines.next().expect("a line").unwrap();
+        if let Some((_, step)) = line.split_once("started ") {
+            started.insert(step.to_owned());
+        }
+    }
+    doomed.kill().unwrap();
+    doomed.wait().unwrap();
+
+    drain(&ctx, &db.db).await;
+    for step in 0..3 {
+        assert_eq!(runs(&format!("{scope}-{step}")), 1, "step {step}");
+    }
+    let rows = tasks(&db.db).await;
+    assert_eq!(rows.len(), 3);
+    for task in rows {
+        assert!(ids.contains(&task.id.to_string()));
+        assert_eq!((task.status, task.attempts), (TaskStatus::Succeeded, 2));
+    }
+}
+
+/// The worker process that [`a_killed_worker_process_jobs_come_back_and_run_once`]
+/// starts and kills.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a child process of a_killed_worker_process_jobs_come_back_and_run_once"]
+async fn child_loco_worker_process() {
+    let url = std::env::var("TASK_DEDUP_LOCO_CHILD_URL").expect("started by the parent test");
+    let db = task_dedup::connect(&url).await.unwrap();
+    let (ctx, _queue) = app(&db).await;
+    provider(&ctx).run(Vec::new()).await.unwrap();
+}
+
+/// The database server restarted while 16 callers `perform_later` and the queue's
+/// worker runs: no call fails (the queue's 30 s retry budget), every job enqueued runs
+/// once and succeeds, and the worker is still running after.
+async fn perform_later_rides_out_a_server_restart(db: &TestDb) {
+    let Some(restart) = common::restart_command(db.dialect) else {
+        return;
+    };
+    db.migrate().await;
+    let pool = db.pool(16).await;
+    let (ctx, _queue) = app(&pool.db).await;
+    let started_at = common::server_started_at(&pool.db, db.dialect).await;
+    let runner = {
+        let queue = provider(&ctx);
+        tokio::spawn(async move { queue.run(Vec::new()).await })
+    };
+    let scope = scope(db, "restart");
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut callers = Vec::new();
+    for c in 0..16 {
+        let (ctx, stop, scope) = (ctx.clone(), stop.clone(), scope.clone());
+        callers.push(tokio::spawn(async move {
+            let (mut ids, mut errors) = (HashSet::new(), Vec::new());
+            let mut step = c * 1_000_000;
+            while !stop.load(Ordering::Relaxed) {
+                step += 1;
+                let args = StepArgs {
+                    scope: scope.clone(),
+                    step,
+                };
+                match StepWorker::perform_later(&ctx, args).await {
+                    Ok(id) => {
+                        ids.insert(id);
+                    }
+                    Err(err) => errors.push(err.to_string()),
+                }
+            }
+            (ids, errors)
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    common::restart_server(restart).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::Relaxed);
+    let (mut ids, mut errors) = (HashSet::new(), Vec::new());
+    for caller in callers {
+        let (i, e) = caller.await.unwrap();
+        ids.extend(i);
+        errors.extend(e);
+    }
+    assert_ne!(
+        common::server_started_at(&pool.db, db.dialect).await,
+        started_at,
+        "the server really restarted"
+    );
+    println!(
+        "{} restart: {} jobs enqueued, {} failed calls",
+        db.dialect.name(),
+        ids.len(),
+        errors.len()
+    );
+    assert!(errors.is_empty(), "{errors:?}");
+    // Every job enqueued before, during and after the restart runs, on the same worker.
+    for _ in 0..1500 {
+        let rows = tasks(&pool.db).await;
+        if rows.iter().all(|t| t.status == TaskStatus::Succeeded) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let rows = tasks(&pool.db).await;
+    assert_eq!(rows.len(), ids.len());
+    assert!(rows.iter().all(|t| t.status == TaskStatus::Succeeded));
+    assert!(rows.iter().all(|t| ids.contains(&t.id.to_string())));
+    let over: Vec<_> = RUNS
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(run, n)| run.starts_with(&scope) && **n != 1)
+        .map(|(run, n)| format!("{run}: {n}"))
+        .collect();
+    assert!(over.is_empty(), "each job ran once: {over:?}");
+    assert!(!runner.is_finished(), "the worker is still running");
+    provider(&ctx).shutdown().unwrap();
+    runner.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "restarts the server: run alone, after the other tests (.ci/run does)"]
+async fn server_restart_under_perform_later_postgres() {
+    run(
+        Dialect::Postgres,
+        "loco_restart",
+        perform_later_rides_out_a_server_restart,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "restarts the server: run alone, after the other tests (.ci/run does)"]
+async fn server_restart_under_perform_later_mysql() {
+    run(
+        Dialect::MySql,
+        "loco_restart",
+        perform_later_rides_out_a_server_restart,
+    )
+    .await;
 }

@@ -479,3 +479,54 @@ pub async fn storm_one_key(
         assert_eq!(ids.len(), 1, "round {round}: everyone got the same task");
     }
 }
+
+/// When the server last started, as it says.
+pub async fn server_started_at(db: &DatabaseConnection, dialect: Dialect) -> String {
+    let sql = match dialect {
+        Dialect::Postgres => "SELECT pg_postmaster_start_time()::text AS started",
+        _ => {
+            "SELECT CAST(UTC_TIMESTAMP() - INTERVAL VARIABLE_VALUE SECOND AS CHAR) AS started \
+              FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'UPTIME'"
+        }
+    };
+    let row = db
+        .query_one_raw(Statement::from_string(dialect.backend(), sql))
+        .await
+        .expect("server start")
+        .expect("a row");
+    row.try_get("", "started").expect("started")
+}
+
+/// The shell command that restarts `dialect`'s server (`TASK_DEDUP_<DIALECT>_RESTART`,
+/// which `.ci/run` exports); `None`, with a line on stderr, when it is not set (a
+/// failure under `CI=true`).
+pub fn restart_command(dialect: Dialect) -> Option<String> {
+    let var = match dialect {
+        Dialect::Postgres => "TASK_DEDUP_POSTGRES_RESTART",
+        Dialect::MySql => "TASK_DEDUP_MYSQL_RESTART",
+        Dialect::Sqlite => unreachable!("no server to restart"),
+    };
+    match std::env::var(var) {
+        Ok(command) => Some(command),
+        Err(_) if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("{var} is required under CI=true")
+        }
+        Err(_) => {
+            eprintln!("[task-dedup tests] skipped the restart of {dialect:?}: {var} is not set");
+            None
+        }
+    }
+}
+
+/// Runs a [`restart_command`] to its end.
+pub async fn restart_server(command: String) {
+    let status = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("sh")
+            .args(["-c", &command])
+            .status()
+    })
+    .await
+    .expect("restart task")
+    .expect("run the restart command");
+    assert!(status.success(), "restart command failed");
+}
