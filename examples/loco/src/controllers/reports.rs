@@ -58,7 +58,9 @@ pub async fn create_in_transaction(
         .map_err(Error::wrap)?;
     if params.fail_after_enqueue {
         txn.rollback().await?;
-        return Err(Error::BadRequest("the request failed; nothing was enqueued".into()));
+        return Err(Error::BadRequest(
+            "the request failed; nothing was enqueued".into(),
+        ));
     }
     txn.commit().await?;
     format::json(Enqueued {

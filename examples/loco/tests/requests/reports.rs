@@ -11,13 +11,22 @@ async fn repeated_report_requests_get_one_job() {
         let body = serde_json::json!({"user_id": 1, "month": "2026-11"});
         let inline = request.post("/api/reports").json(&body).await;
         assert_eq!(inline.status_code(), 200);
-        let first = request.post("/api/reports/in_transaction").json(&body).await;
+        let first = request
+            .post("/api/reports/in_transaction")
+            .json(&body)
+            .await;
         assert_eq!(first.status_code(), 200);
-        let second = request.post("/api/reports/in_transaction").json(&body).await;
+        let second = request
+            .post("/api/reports/in_transaction")
+            .json(&body)
+            .await;
         let first: serde_json::Value = first.json();
         let second: serde_json::Value = second.json();
         assert_eq!(first["job_id"], second["job_id"]);
-        assert_eq!((&first["created"], &second["created"]), (&true.into(), &false.into()));
+        assert_eq!(
+            (&first["created"], &second["created"]),
+            (&true.into(), &false.into())
+        );
         let other = request
             .post("/api/reports/in_transaction")
             .json(&serde_json::json!({"user_id": 2, "month": "2026-11"}))
@@ -34,7 +43,9 @@ async fn a_failed_request_enqueues_nothing() {
     request::<App, _, _>(|request, _ctx| async move {
         let failed = request
             .post("/api/reports/in_transaction")
-            .json(&serde_json::json!({"user_id": 3, "month": "2026-11", "fail_after_enqueue": true}))
+            .json(
+                &serde_json::json!({"user_id": 3, "month": "2026-11", "fail_after_enqueue": true}),
+            )
             .await;
         assert_eq!(failed.status_code(), 400);
         let ok = request

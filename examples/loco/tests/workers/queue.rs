@@ -77,7 +77,10 @@ async fn sixty_four_identical_perform_laters_run_one_job() {
     assert_eq!(ids.len(), 1, "every request got the job in flight");
     let rows = drain(&ctx).await;
     assert_eq!(rows.len(), 1, "one job was ever stored");
-    assert_eq!((rows[0].status, rows[0].attempts), (TaskStatus::Succeeded, 1));
+    assert_eq!(
+        (rows[0].status, rows[0].attempts),
+        (TaskStatus::Succeeded, 1)
+    );
     assert_eq!(rows[0].id.to_string(), ids[0]);
 }
 
