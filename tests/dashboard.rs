@@ -25,6 +25,7 @@ matrix!(
     list_filters_and_pages_through_every_task,
     bad_filters_are_400_and_empty_ones_no_filter,
     task_page_shows_the_task_and_bad_ids_are_404,
+    a_snoozed_task_is_marked_in_the_list_and_counted_on_its_page,
     actions_retry_cancel_delete_pause_and_resume,
     retry_of_a_held_key_is_409_naming_the_holder,
     actions_on_tasks_in_the_wrong_state_are_409,
@@ -550,6 +551,51 @@ async fn task_page_shows_the_task_and_bad_ids_are_404(db: &TestDb) {
         assert_eq!(page.status, StatusCode::NOT_FOUND, "{bad}");
         assert!(page.flash().1);
     }
+}
+
+/// A task its handler snoozed: the list marks it `snoozed` beside `queued`, its page
+/// counts its snoozes; a queued task never snoozed has no mark.
+async fn a_snoozed_task_is_marked_in_the_list_and_counted_on_its_page(db: &TestDb) {
+    db.migrate().await;
+    let key = |r: &str| TaskKey::new("u", "poll", r).expect("key");
+    let snoozed = db
+        .db
+        .find_or_enqueue(NewTask::new(key("feed/1")))
+        .await
+        .expect("enqueue")
+        .task()
+        .id;
+    let claimed = db
+        .db
+        .claim("w", &[], std::time::Duration::from_secs(30))
+        .await
+        .expect("claim")
+        .expect("a task");
+    assert_eq!(claimed.id, snoozed);
+    db.db
+        .snooze(snoozed, "w", std::time::Duration::from_secs(600))
+        .await
+        .expect("snooze");
+    let plain = db
+        .db
+        .find_or_enqueue(NewTask::new(key("feed/2")))
+        .await
+        .expect("enqueue")
+        .task()
+        .id;
+    let mut browser = Browser::new(app(db, false));
+    let list = browser.get(&format!("{PREFIX}/tasks")).await;
+    assert_eq!(list.status, StatusCode::OK);
+    let marked = list.one(&format!("tr[data-task-id='{snoozed}'] .snoozed"));
+    assert_eq!(marked.text().collect::<String>(), "snoozed");
+    assert_eq!(marked.value().attr("title"), Some("snoozes: 1"));
+    assert!(
+        list.all(&format!("tr[data-task-id='{plain}'] .snoozed"))
+            .is_empty()
+    );
+    let page = browser.get(&format!("{PREFIX}/tasks/{snoozed}")).await;
+    assert_eq!(page.text("#task-snoozes"), "1");
+    assert_eq!(page.text("#task-attempts"), "0");
 }
 
 async fn actions_retry_cancel_delete_pause_and_resume(db: &TestDb) {

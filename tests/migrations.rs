@@ -280,6 +280,7 @@ async fn ensure_schema_upgrades_a_legacy_table(db: &TestDb) {
     } else {
         added.push("concurrent");
     }
+    added.push("snoozes");
     assert_eq!(report.added_columns, added, "{report}");
     for index in [
         "task_run_lookup_idx",
@@ -555,6 +556,7 @@ async fn migrations_splice_into_an_application_migrator(db: &TestDb) {
             "m20261202_000007_task_dedup_admin",
             "m20261203_000008_task_dedup_key_prefix",
             "m20261203_000009_task_dedup_pooler_function",
+            "m20261204_000010_task_dedup_snoozes",
             "m20270101_000001_create_widget",
         ]
     );
@@ -603,6 +605,7 @@ async fn standalone_and_application_migrators_keep_their_own_ledgers(db: &TestDb
             "m20261202_000007_task_dedup_admin",
             "m20261203_000008_task_dedup_key_prefix",
             "m20261203_000009_task_dedup_pooler_function",
+            "m20261204_000010_task_dedup_snoozes",
         ]
     );
 

@@ -8,10 +8,11 @@
 //! | `task_dedup_contention_total` | counter | `find_or_enqueue` gave up with `Contention` |
 //! | `task_dedup_connection_retries_total{operation}` | counter | attempts run again after a lost connection |
 //! | `task_dedup_claimed_total` | counter | tasks claimed |
-//! | `task_dedup_finished_total{outcome}` | counter | transitions out of `running` or `queued`: `completed`, `failed`, `retried` (back to the queue with a backoff), `released`, `cancelled` |
+//! | `task_dedup_finished_total{outcome}` | counter | transitions out of `running` or `queued`: `completed`, `failed`, `retried` (back to the queue with a backoff), `released`, `snoozed` (back to the queue, the attempt not counted), `cancelled` |
 //! | `task_dedup_reaped_total{outcome}` | counter | expired leases: `requeued`, `failed` |
 //! | `task_dedup_pruned_total{status}` | counter | finished tasks the pruner deleted: `succeeded`, `failed`, `cancelled` |
 //! | `task_dedup_pause_changes_total{action}` | counter | task types paused or resumed (`pause`, `resume`), counted when the call changed something |
+//! | `task_dedup_timed_out_total` | counter | a `Worker`'s attempts that ran out of their timeout (also counted as `retried` or `failed`) |
 //! | `task_dedup_lost_total` | counter | a `Worker`'s tasks taken away while they ran, or whose end it could not record |
 //! | `task_dedup_listener_unheard_total` | counter | a `Worker`'s checks that its PostgreSQL listener hears notifications, gone unheard (a transaction pooler between them): it polls instead |
 //! | `task_dedup_enqueue_to_start_seconds` | histogram | from `run_at` (the enqueue, unless scheduled or retried) to the claim |
@@ -77,6 +78,11 @@ mod enabled {
             .record(claim_to_finish.as_secs_f64());
     }
 
+    #[cfg_attr(not(feature = "worker"), allow(dead_code))]
+    pub(crate) fn timed_out() {
+        metrics::counter!("task_dedup_timed_out_total").increment(1);
+    }
+
     #[cfg_attr(not(all(feature = "worker", feature = "postgres")), allow(dead_code))]
     pub(crate) fn listener_unheard() {
         metrics::counter!("task_dedup_listener_unheard_total").increment(1);
@@ -100,6 +106,8 @@ mod enabled {
     pub(crate) fn periodic_ticks(_: &'static str, _: &'static str, _: u64) {}
     #[cfg_attr(not(feature = "worker"), allow(dead_code))]
     pub(crate) fn handled(_: &'static str, _: Duration) {}
+    #[cfg_attr(not(feature = "worker"), allow(dead_code))]
+    pub(crate) fn timed_out() {}
     #[cfg_attr(not(all(feature = "worker", feature = "postgres")), allow(dead_code))]
     pub(crate) fn listener_unheard() {}
 }

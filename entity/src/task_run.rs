@@ -99,6 +99,11 @@ pub struct Model {
     /// default): the database never lets two such tasks of one key run at once
     /// ([`RUNNING_RESOURCE_UIDX`]).
     pub concurrent: bool,
+    /// How many times its handler snoozed the task (task-dedup's
+    /// `HandlerError::Snooze`): each snooze put it back in the queue, its key still
+    /// held, without counting the attempt. A worker fails a task that would snooze more
+    /// than its `max_snoozes`. 0 for a task never snoozed.
+    pub snoozes: i32,
 }
 
 /// `task_run` has no relations.

@@ -38,6 +38,7 @@
 //! | `m20261202_000007_task_dedup_admin` | the admin API's list indexes (by status, by type and status, by creation time) and the index of finished times |
 //! | `m20261203_000008_task_dedup_key_prefix` | `task_run_key_prefix_idx`: the keys in byte order, for lists by key prefix |
 //! | `m20261203_000009_task_dedup_pooler_function` | PostgreSQL: the function `task_dedup_insert_or_find_v1`, which `PoolerMode::NoPreparedStatements` calls (plans kept per server session); nothing elsewhere |
+//! | `m20261204_000010_task_dedup_snoozes` | `snoozes`, how many times a handler snoozed the task (bounds a handler that snoozes for ever) |
 //!
 //! [`online`] builds the same schema without stopping a live table's writes:
 //! `CREATE INDEX CONCURRENTLY` on PostgreSQL, InnoDB online DDL on MySQL/MariaDB
@@ -81,6 +82,7 @@ mod m20261202_000006_task_dedup_maintenance;
 mod m20261202_000007_task_dedup_admin;
 mod m20261203_000008_task_dedup_key_prefix;
 mod m20261203_000009_task_dedup_pooler_function;
+mod m20261204_000010_task_dedup_snoozes;
 pub mod online;
 mod sql;
 
@@ -102,6 +104,7 @@ pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
         Box::new(m20261202_000007_task_dedup_admin::Migration),
         Box::new(m20261203_000008_task_dedup_key_prefix::Migration),
         Box::new(m20261203_000009_task_dedup_pooler_function::Migration),
+        Box::new(m20261204_000010_task_dedup_snoozes::Migration),
     ]
 }
 

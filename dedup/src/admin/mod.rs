@@ -394,8 +394,16 @@ impl<C: DedupConnection> TaskAdmin for C {
             .cancel_many(reason, &ids)
             .await?))?;
         if applied > 0 {
-            // Running tasks among them freed their keys' runs.
-            crate::executor::notify::run_ended(&mut Executor::on(self)?).await?;
+            // Running tasks among them freed their keys' runs, and their handlers are to
+            // stop.
+            let mut exec = Executor::on(self)?;
+            if selected
+                .iter()
+                .any(|task| task.status == TaskStatus::Running)
+            {
+                crate::executor::notify::task_cancelled(&mut exec).await?;
+            }
+            crate::executor::notify::run_ended(&mut exec).await?;
         }
         Ok(bulk_outcome(ids.len(), applied))
     }

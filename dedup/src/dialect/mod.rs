@@ -19,7 +19,7 @@ macro_rules! columns {
     () => {
         "id, user_id, task_type, resource_key, status, payload, result, error, attempts, \
          lease_owner, lease_expires_at, created_at, updated_at, started_at, finished_at, \
-         run_at, priority, scope, dedup_window_end, concurrent"
+         run_at, priority, scope, dedup_window_end, concurrent, snoozes"
     };
 }
 
@@ -109,6 +109,10 @@ pub(crate) struct Statements {
     /// running → queued, lease cleared, the attempt not counted (a worker shutting down
     /// hands the task back): id, worker_id.
     pub release: &'static str,
+    /// running → queued after a delay, lease cleared, the attempt not counted and the
+    /// snooze counted (a handler's "run me again in d"), the key still held: delay, id,
+    /// worker_id.
+    pub snooze: &'static str,
     /// Running tasks whose lease expired, at most 100: no parameters. Selects `id` and
     /// `attempts`.
     pub expired: &'static str,
@@ -496,6 +500,7 @@ mod tests {
             ("retry", statements.retry),
             ("cancel", statements.cancel),
             ("release", statements.release),
+            ("snooze", statements.snooze),
             ("expired", statements.expired),
             ("reap_fail", statements.reap_fail),
             ("reap_requeue", statements.reap_requeue),
@@ -534,7 +539,7 @@ mod tests {
     }
 
     /// The order statements are pinned in: what each dialect lacks is skipped.
-    const ORDER: [&str; 29] = [
+    const ORDER: [&str; 31] = [
         "insert",
         "insert_or_find",
         "replace",
@@ -553,6 +558,7 @@ mod tests {
         "retry",
         "cancel",
         "release",
+        "snooze",
         "expired",
         "reap_fail",
         "reap_requeue",
@@ -562,6 +568,7 @@ mod tests {
         "paused",
         "running_index",
         "notify",
+        "notify_cancel",
         "probe",
         "guard",
     ];
@@ -586,6 +593,7 @@ mod tests {
     fn postgres_statements_are_pinned() {
         let mut all = render_returning(&postgres::STATEMENTS, &postgres::RETURNING);
         all.push(("notify", Cow::Borrowed(postgres::NOTIFY)));
+        all.push(("notify_cancel", Cow::Borrowed(postgres::NOTIFY_CANCEL)));
         all.push(("probe", Cow::Borrowed(postgres::PROBE)));
         all.push(("guard", Cow::Borrowed(postgres::GUARD)));
         insta::assert_snapshot!(render(all));

@@ -58,6 +58,11 @@ pub(crate) const STATEMENTS: Statements = Statements {
     release: "UPDATE task_run SET status = 'queued', lease_expires_at = NULL, \
               attempts = attempts - 1, updated_at = UTC_TIMESTAMP(6) \
               WHERE id = ? AND status = 'running' AND lease_owner = ?",
+    // `lease_owner` stays, as in `release`.
+    snooze: "UPDATE task_run SET status = 'queued', lease_expires_at = NULL, \
+             attempts = attempts - 1, snoozes = snoozes + 1, \
+             run_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, updated_at = UTC_TIMESTAMP(6) \
+             WHERE id = ? AND status = 'running' AND lease_owner = ?",
     expired: "SELECT id, attempts FROM task_run \
               WHERE status = 'running' AND lease_expires_at < UTC_TIMESTAMP(6) \
               ORDER BY lease_expires_at LIMIT 100",

@@ -259,6 +259,15 @@ pub(crate) const STATEMENTS: Statements = Statements {
          WHERE id = $1 AND status = 'running' AND lease_owner = $2 RETURNING ",
         columns!()
     ),
+    // `lease_owner` stays, as in `release`.
+    snooze: concat!(
+        "UPDATE task_run SET status = 'queued', lease_expires_at = NULL, \
+         attempts = attempts - 1, snoozes = snoozes + 1, \
+         run_at = statement_timestamp() + $1 * interval '1 microsecond', \
+         updated_at = statement_timestamp() \
+         WHERE id = $2 AND status = 'running' AND lease_owner = $3 RETURNING ",
+        columns!()
+    ),
     expired: "SELECT id, attempts FROM task_run \
               WHERE status = 'running' AND lease_expires_at < statement_timestamp() \
               ORDER BY lease_expires_at LIMIT 100",
@@ -325,6 +334,24 @@ pub(crate) const CHANNEL: &str = channel!();
 /// Wakes the workers that LISTEN on [`CHANNEL`] (sent at most once per debounce
 /// interval; see `crate::executor::notify`).
 pub(crate) const NOTIFY: &str = concat!("SELECT pg_notify('", channel!(), "', '')");
+
+/// The channel on which a cancel of a task that may be running is announced, so that
+/// the worker running it fires its handler's cancellation at once instead of at its
+/// next heartbeat.
+macro_rules! cancel_channel {
+    () => {
+        "task_dedup_cancel"
+    };
+}
+
+/// The cancel channel, for the listener.
+#[cfg_attr(not(feature = "worker"), allow(dead_code))]
+pub(crate) const CANCEL_CHANNEL: &str = cancel_channel!();
+
+/// Tells the listening workers that a task that may be running was cancelled: each
+/// looks up its running tasks (not debounced: cancels are rare, and a swallowed one
+/// would wait for the next heartbeat).
+pub(crate) const NOTIFY_CANCEL: &str = concat!("SELECT pg_notify('", cancel_channel!(), "', '')");
 
 /// A worker's check that its listener's connection is a session of its own, from the
 /// worker's pool: notifies `$2` on the listener's own probe channel `$1` if the

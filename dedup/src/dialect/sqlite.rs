@@ -176,6 +176,15 @@ pub(crate) const STATEMENTS: Statements = Statements {
          WHERE id = ? AND status = 'running' AND lease_owner = ? RETURNING ",
         columns!()
     ),
+    // `lease_owner` stays, as in `release`. The delay is a date-function modifier.
+    snooze: concat!(
+        "UPDATE task_run SET status = 'queued', lease_expires_at = NULL, \
+         attempts = attempts - 1, snoozes = snoozes + 1, \
+         run_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?), \
+         updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
+         WHERE id = ? AND status = 'running' AND lease_owner = ? RETURNING ",
+        columns!()
+    ),
     expired: "SELECT id, attempts FROM task_run \
               WHERE status = 'running' \
               AND lease_expires_at < strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \

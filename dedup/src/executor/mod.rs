@@ -96,6 +96,12 @@ pub(crate) enum Change<'a> {
     Cancel { reason: &'a str },
     /// running → queued, the attempt not counted.
     Release { worker_id: &'a str },
+    /// running → queued after `delay_micros`, the attempt not counted, the snooze
+    /// counted, the key still held.
+    Snooze {
+        delay_micros: i64,
+        worker_id: &'a str,
+    },
     /// failed or cancelled → queued, due now (an operator's retry, `crate::admin`).
     Requeue,
 }
@@ -173,6 +179,17 @@ impl<'a> Change<'a> {
             ),
             Change::Cancel { reason } => (s.cancel, vec![Arg::Str(reason), Arg::Uuid(id)]),
             Change::Release { worker_id } => (s.release, vec![Arg::Uuid(id), Arg::Str(worker_id)]),
+            Change::Snooze {
+                delay_micros,
+                worker_id,
+            } => (
+                s.snooze,
+                vec![
+                    args::interval(dialect, delay_micros),
+                    Arg::Uuid(id),
+                    Arg::Str(worker_id),
+                ],
+            ),
             Change::Requeue => (dialect.admin().retry, vec![Arg::Uuid(id)]),
         }
     }
@@ -851,6 +868,15 @@ impl<'c> Executor<'c> {
     #[cfg(feature = "postgres")]
     pub(crate) async fn notify(&mut self) -> Result<(), Failure> {
         self.affected(crate::dialect::postgres::NOTIFY, vec![])
+            .await
+            .map(drop)
+    }
+
+    /// Tells PostgreSQL workers that LISTEN that a task that may be running was
+    /// cancelled (inside a transaction: at its commit).
+    #[cfg(feature = "postgres")]
+    pub(crate) async fn notify_cancel(&mut self) -> Result<(), Failure> {
+        self.affected(crate::dialect::postgres::NOTIFY_CANCEL, vec![])
             .await
             .map(drop)
     }

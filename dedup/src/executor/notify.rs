@@ -14,6 +14,12 @@
 //! - SQLite: an in-process doorbell per database file, rung for writes outside a
 //!   caller's transaction; other processes' workers poll.
 //! - MySQL/MariaDB: nothing; workers poll.
+//!
+//! A cancel of a task that may be running ([`task_cancelled`]) is announced apart, so
+//! that the worker running it cancels its handler at once: PostgreSQL `NOTIFY` on
+//! [`CANCEL_CHANNEL`](crate::dialect::postgres::CANCEL_CHANNEL) (not debounced), an
+//! in-process bell on SQLite; MySQL/MariaDB workers look at their running tasks every
+//! [`cancel_poll`](crate::WorkerBuilder::cancel_poll).
 
 #[cfg(any(feature = "postgres", feature = "worker"))]
 use std::time::Duration;
@@ -61,6 +67,34 @@ pub(crate) async fn task_due(exec: &mut Executor<'_>) -> Result<(), Failure> {
 /// As [`task_due`].
 pub(crate) async fn run_ended(exec: &mut Executor<'_>) -> Result<(), Failure> {
     task_due(exec).await
+}
+
+/// Signals that a task that may have been running was cancelled through `exec`, so that
+/// the worker running it cancels its handler now rather than at its next heartbeat.
+///
+/// # Errors
+/// As [`task_due`].
+pub(crate) async fn task_cancelled(exec: &mut Executor<'_>) -> Result<(), Failure> {
+    match exec.dialect() {
+        #[cfg(feature = "postgres")]
+        Dialect::Postgres => match Box::pin(exec.notify_cancel()).await {
+            Ok(()) => Ok(()),
+            Err(failure) if exec.in_transaction() => Err(failure),
+            Err(failure) => {
+                tracing::debug!(error = %failure.err, "cancel notification failed; the handler hears of it at its next heartbeat");
+                Ok(())
+            }
+        },
+        #[cfg(feature = "sqlite")]
+        Dialect::Sqlite => {
+            if let Some(crate::executor::Pool::Sqlite(pool)) = exec.pool() {
+                sqlite::ring_bell(pool, sqlite::Bell::Cancel);
+            }
+            Ok(())
+        }
+        #[allow(unreachable_patterns)]
+        _ => Ok(()),
+    }
 }
 
 #[cfg(feature = "postgres")]
@@ -134,30 +168,56 @@ mod sqlite {
     /// Whether any worker ever waited here: until one does, ringing costs one load.
     static IN_USE: AtomicBool = AtomicBool::new(false);
 
-    /// The doorbells, by database file.
-    static DOORBELLS: LazyLock<Mutex<HashMap<PathBuf, Weak<Notify>>>> =
+    /// What a bell announces.
+    #[derive(Clone, Copy, PartialEq, Eq)]
+    pub(crate) enum Bell {
+        /// A task is due.
+        Due = 0,
+        /// A task that may be running was cancelled.
+        Cancel = 1,
+    }
+
+    /// The bells of each database file, indexed by [`Bell`].
+    static DOORBELLS: LazyLock<Mutex<HashMap<PathBuf, [Weak<Notify>; 2]>>> =
         LazyLock::new(|| Mutex::new(HashMap::new()));
 
-    /// The doorbell of `database` (a SQLite file), shared by every worker of it in this
+    /// The `bell` of `database` (a SQLite file), shared by every worker of it in this
     /// process.
     #[cfg_attr(not(feature = "worker"), allow(dead_code))]
-    pub(crate) fn doorbell(database: &Path) -> Arc<Notify> {
+    pub(crate) fn bell(database: &Path, bell: Bell) -> Arc<Notify> {
         IN_USE.store(true, Ordering::Relaxed);
         let mut doorbells = DOORBELLS
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(bell) = doorbells.get(database).and_then(Weak::upgrade) {
+        if let Some(bell) = doorbells
+            .get(database)
+            .and_then(|bells| bells[bell as usize].upgrade())
+        {
             return bell;
         }
-        let bell = Arc::new(Notify::new());
-        doorbells.retain(|_, bell| bell.strong_count() > 0);
-        doorbells.insert(database.to_path_buf(), Arc::downgrade(&bell));
-        bell
+        let new = Arc::new(Notify::new());
+        doorbells.retain(|_, bells| bells.iter().any(|bell| bell.strong_count() > 0));
+        doorbells
+            .entry(database.to_path_buf())
+            .or_insert_with(|| [Weak::new(), Weak::new()])[bell as usize] = Arc::downgrade(&new);
+        new
+    }
+
+    /// The doorbell of `database`: rung when a task is due.
+    #[cfg_attr(not(feature = "worker"), allow(dead_code))]
+    pub(crate) fn doorbell(database: &Path) -> Arc<Notify> {
+        bell(database, Bell::Due)
     }
 
     /// Rings the doorbell of the database behind `pool`, if a worker of this process
     /// waits on it.
     pub(super) fn ring(pool: &SqlitePool) {
+        ring_bell(pool, Bell::Due);
+    }
+
+    /// Rings `bell` of the database behind `pool`, if a worker of this process waits on
+    /// it.
+    pub(super) fn ring_bell(pool: &SqlitePool, bell: Bell) {
         if !IN_USE.load(Ordering::Relaxed) {
             return;
         }
@@ -167,7 +227,7 @@ mod sqlite {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some(bell) = doorbells
             .get(options.get_filename())
-            .and_then(Weak::upgrade)
+            .and_then(|bells| bells[bell as usize].upgrade())
         {
             bell.notify_waiters();
         }
@@ -175,4 +235,4 @@ mod sqlite {
 }
 
 #[cfg(all(feature = "sqlite", feature = "worker"))]
-pub(crate) use sqlite::doorbell;
+pub(crate) use sqlite::{Bell, bell, doorbell};

@@ -62,6 +62,7 @@ impl TaskRow for sqlx::postgres::PgRow {
             scope: task_dedup_entity::TaskScope::try_from_value(&get(row, "scope")?)?,
             dedup_window_end: get(row, "dedup_window_end")?,
             concurrent: get(row, "concurrent")?,
+            snoozes: get(row, "snoozes")?,
         })
     }
 }

@@ -173,6 +173,26 @@ pub trait TaskWorker: crate::values::connection::sealed::Sealed {
     /// As [`heartbeat`](Self::heartbeat).
     async fn release(&self, id: Uuid, worker_id: &str) -> Result<task_run::Model, DedupError>;
 
+    /// A handler's "run me again in `delay`" for a task `worker_id` is running: `running`
+    /// → `queued`, due `delay` from now by the database's clock, lease cleared, the
+    /// attempt not counted (`attempts` back to what it was before the claim) and
+    /// `snoozes` counted. The key stays held throughout, so no duplicate can be enqueued
+    /// while it waits. A [`Scope::Queued`](crate::Scope::Queued) task with a follow-up
+    /// queued behind it is cancelled instead, as [`release`](Self::release) does. The
+    /// bound on snoozes is the caller's (the [`Worker`](crate::Worker)'s
+    /// [`max_snoozes`](crate::WorkerBuilder::max_snoozes) reads `snoozes` off the
+    /// claimed row). Repeated by the same worker, returns the stored outcome.
+    ///
+    /// # Errors
+    /// As [`heartbeat`](Self::heartbeat); [`DedupError::InvalidArgument`] for a `delay`
+    /// over 100 years.
+    async fn snooze(
+        &self,
+        id: Uuid,
+        worker_id: &str,
+        delay: Duration,
+    ) -> Result<task_run::Model, DedupError>;
+
     /// Returns `running` tasks whose lease expired to `queued` (lease cleared) after the
     /// backoff `policy` gives for their attempts, or marks them `failed` once `attempts`
     /// reached `policy.max_attempts`. A heartbeat that extended the lease first wins: the
@@ -303,6 +323,16 @@ impl<C: DedupConnection> TaskWorker for C {
     #[tracing::instrument(level = "debug", skip_all, fields(task_id = %id, worker_id = %worker_id))]
     async fn release(&self, id: Uuid, worker_id: &str) -> Result<task_run::Model, DedupError> {
         transition::release(self, id, worker_id).await
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(task_id = %id, worker_id = %worker_id))]
+    async fn snooze(
+        &self,
+        id: Uuid,
+        worker_id: &str,
+        delay: Duration,
+    ) -> Result<task_run::Model, DedupError> {
+        transition::snooze(self, id, worker_id, delay).await
     }
 
     #[tracing::instrument(level = "debug", skip_all)]

@@ -112,8 +112,10 @@ pub(super) async fn cancel<C: DedupConnection>(
     let task = retried(db, id, Op::Plain(Transition::Cancel, Guard::Active, change)).await?;
     crate::metrics::finished("cancelled");
     if task.started_at.is_some() {
-        // It may have been running: its key's run is free.
-        crate::executor::notify::run_ended(&mut Executor::on(db)?).await?;
+        // It may have been running: its key's run is free, and its handler is to stop.
+        let mut exec = Executor::on(db)?;
+        crate::executor::notify::task_cancelled(&mut exec).await?;
+        crate::executor::notify::run_ended(&mut exec).await?;
     }
     Ok(task)
 }
@@ -135,6 +137,35 @@ pub(super) async fn release<C: DedupConnection>(
     Ok(task)
 }
 
+/// [`TaskWorker::snooze`](super::TaskWorker::snooze).
+pub(super) async fn snooze<C: DedupConnection>(
+    db: &C,
+    id: Uuid,
+    worker_id: &str,
+    delay: Duration,
+) -> Result<task_run::Model, DedupError> {
+    validate::worker_id(worker_id)?;
+    let delay_micros = validate::micros("delay", delay)?;
+    let task = retried(
+        db,
+        id,
+        Op::Snooze {
+            worker_id,
+            delay_micros,
+        },
+    )
+    .await?;
+    if task.status == TaskStatus::Queued {
+        crate::metrics::finished("snoozed");
+    } else {
+        crate::metrics::finished("cancelled");
+    }
+    // The key's run is free (a follow-up that may run beside it is due); and a snooze
+    // of zero is due at once.
+    crate::executor::notify::run_ended(&mut Executor::on(db)?).await?;
+    Ok(task)
+}
+
 /// One of the lifecycle's operations on a task, as its attempts run it.
 #[derive(Clone, Copy)]
 enum Op<'a> {
@@ -148,6 +179,11 @@ enum Op<'a> {
     },
     /// `release`.
     Release { worker_id: &'a str },
+    /// `snooze`, due after `delay_micros`.
+    Snooze {
+        worker_id: &'a str,
+        delay_micros: i64,
+    },
 }
 
 impl Op<'_> {
@@ -158,6 +194,7 @@ impl Op<'_> {
             Op::Plain(Transition::Cancel, ..) => "cancel",
             Op::Plain(Transition::Fail, ..) | Op::Fail { .. } => "fail",
             Op::Plain(Transition::Release, ..) | Op::Release { .. } => "release",
+            Op::Plain(Transition::Snooze, ..) | Op::Snooze { .. } => "snooze",
             // The admin's own (`crate::admin`), never run as a lifecycle operation.
             Op::Plain(Transition::Retry, ..) => "retry",
             Op::Plain(Transition::Delete, ..) => "delete",
@@ -179,7 +216,20 @@ impl Op<'_> {
                 error,
                 delay_micros,
             } => fail_once(exec, id, worker_id, error, delay_micros).await,
-            Op::Release { worker_id } => release_once(exec, id, worker_id).await,
+            Op::Release { worker_id } => {
+                let change = Change::Release { worker_id };
+                requeue_once(exec, Transition::Release, id, worker_id, change).await
+            }
+            Op::Snooze {
+                worker_id,
+                delay_micros,
+            } => {
+                let change = Change::Snooze {
+                    delay_micros,
+                    worker_id,
+                };
+                requeue_once(exec, Transition::Snooze, id, worker_id, change).await
+            }
         }
     }
 }
@@ -267,31 +317,35 @@ async fn fail_once(
     }
 }
 
-/// One attempt of `release`, in a savepoint like `fail`'s retry: a follow-up queued
-/// behind a `Scope::Queued` task makes the release a cancellation.
-async fn release_once(
+/// One attempt of `release` or `snooze` (`change`, which puts the running task back in
+/// the queue), in a savepoint like `fail`'s retry: a follow-up queued behind a
+/// `Scope::Queued` task makes it a cancellation.
+async fn requeue_once(
     exec: &mut Executor<'_>,
+    transition: Transition,
     id: Uuid,
     worker_id: &str,
+    change: Change<'_>,
 ) -> Result<task_run::Model, DedupError> {
     let guard = Guard::LeaseHolder {
         worker_id,
         done: &[TaskStatus::Queued, TaskStatus::Cancelled],
     };
-    match in_savepoint(exec, id, Change::Release { worker_id }).await? {
+    match in_savepoint(exec, id, change).await? {
         Savepoint::Applied(Some(task)) => Ok(*task),
-        Savepoint::Applied(None) => not_applied(exec, Transition::Release, id, guard).await,
+        Savepoint::Applied(None) => not_applied(exec, transition, id, guard).await,
         Savepoint::KeyHeld => {
-            let reason = "released by its worker; not requeued: another task of this key is \
-                          queued and will do the work";
-            apply(
-                exec,
-                Transition::Release,
-                id,
-                guard,
-                Change::Cancel { reason },
-            )
-            .await
+            let reason = match transition {
+                Transition::Snooze => {
+                    "snoozed by its handler; not requeued: another task of this key is \
+                     queued and will do the work"
+                }
+                _ => {
+                    "released by its worker; not requeued: another task of this key is \
+                     queued and will do the work"
+                }
+            };
+            apply(exec, transition, id, guard, Change::Cancel { reason }).await
         }
     }
 }

@@ -306,6 +306,8 @@ pub enum Transition {
     Cancel,
     /// `release`: running → queued, the attempt not counted.
     Release,
+    /// `snooze`: running → queued after a delay, the attempt not counted.
+    Snooze,
     /// `retry` (an operator's, [`TaskAdmin::retry_task`](crate::TaskAdmin::retry_task)):
     /// failed or cancelled → queued.
     Retry,
@@ -322,6 +324,7 @@ impl fmt::Display for Transition {
             Transition::Fail => "fail",
             Transition::Cancel => "cancel",
             Transition::Release => "release",
+            Transition::Snooze => "snooze",
             Transition::Retry => "retry",
             Transition::Delete => "delete",
         })

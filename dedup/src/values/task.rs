@@ -253,6 +253,7 @@ impl NewTask {
             scope: self.scope.stored(),
             dedup_window_end,
             concurrent: self.concurrent,
+            snoozes: 0,
         };
         (self.on_conflict, row)
     }

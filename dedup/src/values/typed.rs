@@ -97,6 +97,11 @@ pub struct TaskOptions {
     /// At most this many tasks of the type run at once in one worker. Default: no limit
     /// but the worker's concurrency.
     pub concurrency: Option<usize>,
+    /// How long the type's handler may run before its attempt times out (its `cancel`
+    /// fires, then the cancel grace; retried as the retry policy says). Default: the
+    /// worker's [`timeout`](crate::WorkerBuilder::timeout);
+    /// [`task_type_timeout`](crate::WorkerBuilder::task_type_timeout) overrides it.
+    pub timeout: Option<Duration>,
 }
 
 impl TaskOptions {
@@ -146,6 +151,13 @@ impl TaskOptions {
     #[must_use]
     pub fn concurrency(mut self, limit: usize) -> TaskOptions {
         self.concurrency = Some(limit);
+        self
+    }
+
+    /// [`TaskOptions::timeout`].
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> TaskOptions {
+        self.timeout = Some(timeout);
         self
     }
 }

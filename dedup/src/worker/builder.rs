@@ -20,6 +20,9 @@ use crate::values::typed::{Task, TaskOptions};
 use crate::values::validate::{self, InvalidArgument, InvalidReason};
 use task_dedup_entity::task_run;
 
+/// [`WorkerBuilder::max_snoozes`]'s default.
+const DEFAULT_MAX_SNOOZES: u32 = 100;
+
 /// Builds a [`Worker`]: `Worker::builder(db)`, then the settings, then
 /// [`build`](Self::build). Every setting but the handler has a default.
 #[must_use]
@@ -28,6 +31,9 @@ pub struct WorkerBuilder {
     pub(super) id: Option<String>,
     pub(super) task_types: Vec<String>,
     pub(super) limits: HashMap<String, usize>,
+    pub(super) timeout: Option<Duration>,
+    pub(super) timeouts: HashMap<String, Duration>,
+    pub(super) max_snoozes: u32,
     pub(super) concurrency: usize,
     pub(super) lease: Duration,
     pub(super) heartbeat_every: Option<Duration>,
@@ -40,6 +46,7 @@ pub struct WorkerBuilder {
     pub(super) poll_min: Duration,
     pub(super) poll_max: Duration,
     pub(super) fallback_poll: Duration,
+    pub(super) cancel_poll: Duration,
     pub(super) retry_budget: Duration,
     pub(super) end_batch: usize,
     pub(super) end_delay: Duration,
@@ -62,6 +69,9 @@ impl fmt::Debug for WorkerBuilder {
             .field("id", &self.id)
             .field("task_types", &self.task_types)
             .field("limits", &self.limits)
+            .field("timeout", &self.timeout)
+            .field("timeouts", &self.timeouts)
+            .field("max_snoozes", &self.max_snoozes)
             .field("concurrency", &self.concurrency)
             .field("lease", &self.lease)
             .field("heartbeat_every", &self.heartbeat_every)
@@ -74,6 +84,7 @@ impl fmt::Debug for WorkerBuilder {
             .field("poll_min", &self.poll_min)
             .field("poll_max", &self.poll_max)
             .field("fallback_poll", &self.fallback_poll)
+            .field("cancel_poll", &self.cancel_poll)
             .field("retry_budget", &self.retry_budget)
             .field("end_batch", &self.end_batch)
             .field("end_delay", &self.end_delay)
@@ -106,6 +117,9 @@ impl WorkerBuilder {
             id: None,
             task_types: Vec::new(),
             limits: HashMap::new(),
+            timeout: None,
+            timeouts: HashMap::new(),
+            max_snoozes: DEFAULT_MAX_SNOOZES,
             concurrency: 8,
             lease: Duration::from_secs(30),
             heartbeat_every: None,
@@ -118,6 +132,7 @@ impl WorkerBuilder {
             poll_min: Duration::from_millis(50),
             poll_max: Duration::from_secs(2),
             fallback_poll: Duration::from_secs(5),
+            cancel_poll: Duration::from_secs(1),
             retry_budget: DEFAULT_RETRY_BUDGET,
             end_batch: 100,
             end_delay: Duration::from_millis(5),
@@ -149,6 +164,44 @@ impl WorkerBuilder {
     /// The type must be one of [`task_types`](Self::task_types).
     pub fn task_type_limit(mut self, task_type: impl Into<String>, limit: usize) -> WorkerBuilder {
         self.limits.insert(task_type.into(), limit);
+        self
+    }
+
+    /// How long a handler may run, for every type without a timeout of its own
+    /// ([`task_type_timeout`](Self::task_type_timeout), [`TaskOptions::timeout`]). At the
+    /// deadline the handler's `cancel` token fires; a handler still running after the
+    /// [`cancel_grace`](Self::cancel_grace) is dropped at its next `.await`. The attempt
+    /// is then a failed one (`error`: "timed out after ..."), retried as the type's retry
+    /// policy says. A handler that returns success within the grace keeps it: the work
+    /// was done. The lease is renewed as usual until then, so a timeout may be longer
+    /// than the lease. Default: none (a handler runs as long as it takes).
+    ///
+    /// [`TaskOptions::timeout`]: crate::TaskOptions::timeout
+    pub fn timeout(mut self, timeout: Duration) -> WorkerBuilder {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// The [`timeout`](Self::timeout) of `task_type`'s handler, over the type's
+    /// [`TaskOptions::timeout`](crate::TaskOptions::timeout) and the worker's. The type
+    /// must be one the worker runs.
+    pub fn task_type_timeout(
+        mut self,
+        task_type: impl Into<String>,
+        timeout: Duration,
+    ) -> WorkerBuilder {
+        self.timeouts.insert(task_type.into(), timeout);
+        self
+    }
+
+    /// How many times a task may snooze ([`HandlerError::Snooze`]): a snooze beyond it
+    /// fails the task for good ("snoozed N times ..."), so that a handler that always
+    /// snoozes does not keep its key for ever. Counted in the task's `snoozes`, across
+    /// workers and restarts. Default 100.
+    ///
+    /// [`HandlerError::Snooze`]: super::HandlerError::Snooze
+    pub fn max_snoozes(mut self, max: u32) -> WorkerBuilder {
+        self.max_snoozes = max;
         self
     }
 
@@ -236,6 +289,18 @@ impl WorkerBuilder {
     /// own retries it claims on time. Default 5 s.
     pub fn fallback_poll(mut self, every: Duration) -> WorkerBuilder {
         self.fallback_poll = every;
+        self
+    }
+
+    /// How often the worker looks up the tasks it runs, to cancel the handlers of those
+    /// cancelled (or taken away) meanwhile, where nothing announces a cancel: on
+    /// MySQL/MariaDB, on SQLite for a cancel from another process or inside a caller's
+    /// transaction, and on PostgreSQL while its listener is down. Where the listener or
+    /// the SQLite bell hears cancels, it looks at
+    /// [`fallback_poll`](Self::fallback_poll) instead, if that is longer. Only while
+    /// tasks run: one `SELECT` of their ids. Default 1 s.
+    pub fn cancel_poll(mut self, every: Duration) -> WorkerBuilder {
+        self.cancel_poll = every;
         self
     }
 
@@ -436,6 +501,9 @@ impl WorkerBuilder {
         if self.fallback_poll.is_zero() {
             return Err(invalid("fallback_poll", "more than zero"));
         }
+        if self.cancel_poll.is_zero() {
+            return Err(invalid("cancel_poll", "more than zero"));
+        }
         if let Some(url) = &self.listen_url {
             url.validate(&self.db)?;
         }
@@ -480,12 +548,38 @@ impl WorkerBuilder {
             return Err(invalid("reap_every", "more than zero"));
         }
         self.retention.validate()?;
+        for (name, timeout) in self
+            .timeout
+            .iter()
+            .map(|t| ("timeout", t))
+            .chain(self.timeouts.values().map(|t| ("task_type_timeout", t)))
+        {
+            if timeout.is_zero() {
+                return Err(invalid(name, "more than zero"));
+            }
+        }
+        if let Some(task_type) = self.timeouts.keys().find(|t| !task_types.contains(t)) {
+            let _ = task_type;
+            return Err(invalid(
+                "task_type_timeout",
+                "a type of task_types or a registered type",
+            ));
+        }
+        let mut timeouts = self.timeouts.clone();
+        for (task_type, typed) in &routes.typed {
+            if let Some(timeout) = typed.timeout {
+                timeouts.entry(task_type.clone()).or_insert(timeout);
+            }
+        }
         Ok(Worker {
             db: self.db,
             config: Arc::new(super::Config {
                 id,
                 task_types,
                 limits,
+                timeout: self.timeout,
+                timeouts,
+                max_snoozes: self.max_snoozes,
                 concurrency: self.concurrency,
                 lease: self.lease,
                 heartbeat_every,
@@ -498,6 +592,7 @@ impl WorkerBuilder {
                 poll_min: self.poll_min,
                 poll_max: self.poll_max,
                 fallback_poll: self.fallback_poll,
+                cancel_poll: self.cancel_poll,
                 retry_budget: self.retry_budget,
                 end_batch: self.end_batch,
                 end_delay: self.end_delay,
@@ -585,6 +680,7 @@ impl WorkerBuilder {
                     retry,
                     lease,
                     heartbeat_every,
+                    timeout: options.timeout,
                 },
             );
         }

@@ -13,7 +13,6 @@
 //! batch cannot be recorded, finished tasks wait to hand over their endings and keep
 //! their slots, so the worker stops claiming.
 
-use std::cmp::Reverse;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -228,16 +227,7 @@ async fn one_retry(shared: &Shared, ending: &Ending) -> Recorded {
 /// A retry this worker scheduled is claimed when it falls due, whatever the poll
 /// interval.
 fn retry_scheduled(shared: &Shared, ending: &Ending) {
-    if let End::Retry { delay, .. } = ending.end
-        && !delay.is_zero()
-    {
-        // The database's clock set `run_at` before the batch returned, so this is no
-        // earlier than the task falls due.
-        shared
-            .retries_due
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .push(Reverse(std::time::Instant::now() + delay));
-        shared.retry_scheduled.notify_waiters();
+    if let End::Retry { delay, .. } = ending.end {
+        shared.claim_after(delay);
     }
 }

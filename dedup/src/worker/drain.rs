@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 use super::Worker;
 use super::handler::HandlerError;
 use super::job::Lease;
-use super::record::truncated;
+use super::record::{snooze_refused, timed_out, truncated};
 use super::route::RunContext;
 use crate::lifecycle::TaskWorker;
 use crate::values::backoff::Retry;
@@ -28,12 +28,15 @@ pub struct Drained {
     pub retried: Vec<task_run::Model>,
     /// Tasks that failed for good (now `failed`).
     pub failed: Vec<task_run::Model>,
+    /// Tasks whose handler snoozed them (now `queued`, due after the snooze; a zero
+    /// snooze is run again in the same drain).
+    pub snoozed: Vec<task_run::Model>,
 }
 
 impl Drained {
     /// How many tasks ran.
     pub fn len(&self) -> usize {
-        self.completed.len() + self.retried.len() + self.failed.len()
+        self.completed.len() + self.retried.len() + self.failed.len() + self.snoozed.len()
     }
 
     /// Whether no task was due.
@@ -59,7 +62,7 @@ pub(crate) async fn drain(worker: &Worker) -> Result<Drained, DedupError> {
         else {
             return Ok(drained);
         };
-        let (id, attempts) = (task.id, task.attempts);
+        let (id, attempts, snoozes) = (task.id, task.attempts, task.snoozes);
         let (lease, heartbeat_every, retry) = match worker.routes.typed.get(&task.task_type) {
             Some(typed) => (typed.lease, typed.heartbeat_every, typed.retry),
             None => (config.lease, config.heartbeat_every, config.retry),
@@ -75,8 +78,19 @@ pub(crate) async fn drain(worker: &Worker) -> Result<Drained, DedupError> {
                 heartbeat_every,
             ),
         };
+        let timeout = config
+            .timeouts
+            .get(&task.task_type)
+            .copied()
+            .or(config.timeout);
         let returned = match worker.routes.get(&task.task_type).cloned() {
-            Some(route) => route.run(task, context).await,
+            // Inline, a timed-out handler is dropped at once (no cancel grace).
+            Some(route) => match timeout {
+                Some(timeout) => tokio::time::timeout(timeout, route.run(task, context))
+                    .await
+                    .unwrap_or_else(|_| Err(HandlerError::Retry(timed_out(timeout)))),
+                None => route.run(task, context).await,
+            },
             None => Err(HandlerError::fail("no handler for this task type")),
         };
         match returned {
@@ -87,6 +101,16 @@ pub(crate) async fn drain(worker: &Worker) -> Result<Drained, DedupError> {
                 db.fail(id, &config.id, &truncated(message), Retry::Never)
                     .await?,
             ),
+            Err(HandlerError::Snooze(delay)) => {
+                match snooze_refused(config.max_snoozes, snoozes, delay) {
+                    Some(message) => drained
+                        .failed
+                        .push(db.fail(id, &config.id, &message, Retry::Never).await?),
+                    None => drained
+                        .snoozed
+                        .push(db.snooze(id, &config.id, delay).await?),
+                }
+            }
             Err(HandlerError::Retry(message)) => {
                 let task = db
                     .fail(

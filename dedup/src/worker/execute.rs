@@ -27,6 +27,12 @@ pub(super) async fn run_task(shared: &Arc<Shared>, task: task_run::Model) {
         Some(typed) => (typed.lease, typed.heartbeat_every, typed.retry),
         None => (config.lease, config.heartbeat_every, config.retry),
     };
+    let timeout = config
+        .timeouts
+        .get(&task.task_type)
+        .copied()
+        .or(config.timeout);
+    let snoozes = task.snoozes;
     let lease = Lease::new(
         shared.db.clone(),
         config.retry_budget,
@@ -37,6 +43,9 @@ pub(super) async fn run_task(shared: &Arc<Shared>, task: task_run::Model) {
     );
     let cancel = shared.abort.child_token();
     let lost = Arc::new(AtomicBool::new(false));
+    shared
+        .handlers
+        .started(id, (attempts, snoozes), cancel.clone(), lost.clone());
     let heartbeat = tokio::spawn(heartbeat(
         shared.clone(),
         lease.clone(),
@@ -60,31 +69,58 @@ pub(super) async fn run_task(shared: &Arc<Shared>, task: task_run::Model) {
             }
         }
     });
-    let ended = tokio::select! {
-        joined = &mut handle => ended(joined),
-        () = cancel.cancelled() => {
-            // The handler heard it too: give it the time to stop on its own (and, on
-            // shutdown, to finish) before it is dropped.
-            match tokio::time::timeout(shared.config.cancel_grace, &mut handle).await {
-                Ok(joined) => ended(joined),
-                Err(_) => Ended::Aborted,
-            }
+    let deadline = async {
+        match timeout {
+            Some(timeout) => tokio::time::sleep(timeout).await,
+            None => std::future::pending().await,
         }
     };
-    // What a handler returns after its cancellation fired is discarded (lost task) or
-    // handed back (shutdown), unless it finished its work.
+    let mut timed_out = None;
+    let ended = tokio::select! {
+        joined = &mut handle => ended(joined),
+        () = cancel.cancelled() => grace(shared, &mut handle).await,
+        () = deadline => {
+            timed_out = timeout;
+            cancel.cancel();
+            grace(shared, &mut handle).await
+        }
+    };
+    shared.handlers.ended(id);
+    // What a handler returns after its cancellation fired is discarded (lost task),
+    // handed back (shutdown) or a timed-out attempt, unless it finished its work.
+    let finished = matches!(ended, Ended::Returned(Ok(_)));
     let ended = if lost.load(Ordering::Relaxed) {
         Ended::Lost
-    } else if shared.abort.is_cancelled() && !matches!(ended, Ended::Returned(Ok(_))) {
+    } else if shared.abort.is_cancelled() && !finished {
         Ended::Aborted
+    } else if let Some(timeout) = timed_out.filter(|_| !finished) {
+        Ended::TimedOut(timeout)
     } else {
         ended
     };
     heartbeat.abort();
-    if matches!(ended, Ended::Lost | Ended::Aborted) {
+    if matches!(ended, Ended::Lost | Ended::Aborted | Ended::TimedOut(_)) {
         handle.abort();
     }
-    record::record(shared, id, attempts, &retry, ended, started).await;
+    let claimed = record::Claimed {
+        id,
+        attempts,
+        snoozes,
+        started,
+    };
+    record::record(shared, claimed, &retry, ended).await;
+}
+
+/// Once the handler's cancellation fired: the time to stop on its own (and, on
+/// shutdown, to finish) before it is dropped.
+async fn grace(
+    shared: &Shared,
+    handle: &mut tokio::task::JoinHandle<Result<Option<serde_json::Value>, HandlerError>>,
+) -> Ended {
+    match tokio::time::timeout(shared.config.cancel_grace, handle).await {
+        Ok(joined) => ended(joined),
+        Err(_) => Ended::Aborted,
+    }
 }
 
 /// How the handler's task ended, as far as it returned.

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
@@ -9,8 +10,9 @@ use tokio_util::sync::CancellationToken;
 use task_dedup_entity::task_run;
 
 /// Runs one claimed task. Return `Ok(result)` (stored as the task's `result`),
-/// `Err(HandlerError::Retry(..))` to run it again after the worker's backoff, or
-/// `Err(HandlerError::Fail(..))` to fail it for good.
+/// `Err(HandlerError::Retry(..))` to run it again after the worker's backoff,
+/// `Err(HandlerError::Fail(..))` to fail it for good, or
+/// `Err(HandlerError::Snooze(d))` to run it again in `d` without counting the attempt.
 ///
 /// `cancel` fires when the task was taken away while it ran (cancelled, or its lease
 /// lost to the reaper) or the worker's shutdown grace ran out: stop soon; what is
@@ -65,7 +67,7 @@ where
     }
 }
 
-/// How a handler's attempt failed.
+/// How a handler's attempt ended, when it did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum HandlerError {
@@ -75,6 +77,31 @@ pub enum HandlerError {
     Retry(String),
     /// Not worth another attempt: the task fails for good with this message.
     Fail(String),
+    /// Not now: run the task again this long from now (by the database's clock), as
+    /// River's `JobSnooze` and Oban's `{:snooze, seconds}` do. The task goes back to
+    /// `queued` with its key still held (no duplicate can be enqueued meanwhile), the
+    /// attempt is not counted (`attempts` as before the claim) and `snoozes` is. A task
+    /// that already snoozed [`max_snoozes`](super::WorkerBuilder::max_snoozes) times
+    /// fails for good instead, so that a handler that always snoozes cannot keep a key
+    /// for ever. For a rate-limited API, a resource not ready yet, a business-hours
+    /// window.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use task_dedup::{HandlerError, task_run};
+    /// use tokio_util::sync::CancellationToken;
+    ///
+    /// async fn sync(task: task_run::Model, _cancel: CancellationToken)
+    ///     -> Result<Option<serde_json::Value>, HandlerError>
+    /// {
+    ///     let upstream_ready = task.snoozes >= 2;
+    ///     if !upstream_ready {
+    ///         return Err(HandlerError::snooze(Duration::from_secs(30)));
+    ///     }
+    ///     Ok(None)
+    /// }
+    /// ```
+    Snooze(Duration),
 }
 
 impl HandlerError {
@@ -88,10 +115,16 @@ impl HandlerError {
         HandlerError::Fail(message.to_string())
     }
 
-    /// The message.
+    /// [`HandlerError::Snooze`] for `delay`.
+    pub fn snooze(delay: Duration) -> HandlerError {
+        HandlerError::Snooze(delay)
+    }
+
+    /// The message (`"snoozed"` for a snooze).
     pub fn message(&self) -> &str {
         match self {
             HandlerError::Retry(message) | HandlerError::Fail(message) => message,
+            HandlerError::Snooze(_) => "snoozed",
         }
     }
 }
@@ -101,6 +134,7 @@ impl fmt::Display for HandlerError {
         match self {
             HandlerError::Retry(message) => write!(f, "retryable: {message}"),
             HandlerError::Fail(message) => write!(f, "permanent: {message}"),
+            HandlerError::Snooze(delay) => write!(f, "snoozed for {delay:?}"),
         }
     }
 }

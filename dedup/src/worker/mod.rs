@@ -1,10 +1,12 @@
 //! The [`Worker`] runtime. This module holds the claim loop (claim up to the free
 //! slots, start each task, wait for work) and the reaper; [`execute`] runs one task
-//! (its handler beside a heartbeat), [`record`] decides how to record its end,
+//! (its handler beside a heartbeat), [`cancels`] cancels the handlers of tasks
+//! cancelled from outside, [`record`] decides how to record its end,
 //! [`completer`] records endings in batches, [`wake`] listens for new work, [`builder`]
 //! checks the settings.
 
 mod builder;
+mod cancels;
 mod completer;
 #[cfg(feature = "testing")]
 pub(crate) mod drain;
@@ -89,6 +91,11 @@ struct Config {
     id: String,
     task_types: Vec<String>,
     limits: HashMap<String, usize>,
+    /// The worker's timeout, for types without one in `timeouts`.
+    timeout: Option<Duration>,
+    /// Each type's timeout (`task_type_timeout`, else the type's options).
+    timeouts: HashMap<String, Duration>,
+    max_snoozes: u32,
     concurrency: usize,
     lease: Duration,
     heartbeat_every: Duration,
@@ -101,6 +108,7 @@ struct Config {
     poll_min: Duration,
     poll_max: Duration,
     fallback_poll: Duration,
+    cancel_poll: Duration,
     retry_budget: Duration,
     end_batch: usize,
     end_delay: Duration,
@@ -123,6 +131,12 @@ pub struct WorkerReport {
     pub panicked: u64,
     /// Tasks handed back at shutdown (`release`).
     pub released: u64,
+    /// Tasks whose handler snoozed them ([`HandlerError::Snooze`]): back in the queue,
+    /// the attempt not counted.
+    pub snoozed: u64,
+    /// Attempts that ran out of their [`timeout`](WorkerBuilder::timeout) (each also
+    /// counted as retried or failed).
+    pub timed_out: u64,
     /// Tasks taken away while they ran (cancelled, or reaped after a lost lease), or
     /// whose end could not be recorded: their handlers' results were discarded.
     pub lost: u64,
@@ -158,6 +172,8 @@ struct Counters {
     retried: AtomicU64,
     panicked: AtomicU64,
     released: AtomicU64,
+    snoozed: AtomicU64,
+    timed_out: AtomicU64,
     lost: AtomicU64,
     reaped_requeued: AtomicU64,
     reaped_failed: AtomicU64,
@@ -175,6 +191,8 @@ impl Counters {
             retried: get(&self.retried),
             panicked: get(&self.panicked),
             released: get(&self.released),
+            snoozed: get(&self.snoozed),
+            timed_out: get(&self.timed_out),
             lost: get(&self.lost),
             reaped_requeued: get(&self.reaped_requeued),
             reaped_failed: get(&self.reaped_failed),
@@ -202,6 +220,8 @@ struct Shared {
     counters: Counters,
     /// Running tasks per limited type.
     running: Mutex<HashMap<String, usize>>,
+    /// The tasks whose handlers run, for the cancel watch.
+    handlers: cancels::Running,
     /// Rung when a task's handler ends (a slot, or a type's slot, is free again) and
     /// when the completer recorded a batch of endings (a follow-up of their keys may be
     /// due now).
@@ -221,6 +241,20 @@ impl Shared {
     /// The worker's pool, with the worker's retry budget.
     fn db(&self) -> WithRetryBudget<'_, DatabaseConnection> {
         WithRetryBudget::new(&self.db, self.config.retry_budget)
+    }
+
+    /// A task this worker put back in the queue (a retry, a snooze) falls due `delay`
+    /// from now: claim then, whatever the poll interval. Called after the database's
+    /// clock set its `run_at`, so this is no earlier than the task falls due.
+    fn claim_after(&self, delay: Duration) {
+        if delay.is_zero() {
+            return;
+        }
+        self.retries_due
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(Reverse(Instant::now() + delay));
+        self.retry_scheduled.notify_waiters();
     }
 }
 
@@ -264,6 +298,7 @@ impl Worker {
             routes: self.routes,
             counters: Counters::default(),
             running: Mutex::new(HashMap::new()),
+            handlers: cancels::Running::default(),
             task_ended: Notify::new(),
             abort: CancellationToken::new(),
             retries_due: Mutex::new(BinaryHeap::new()),
@@ -286,6 +321,12 @@ impl Worker {
             stop_background.clone(),
         );
         background.spawn(reap(shared.clone(), stop_background.clone()));
+        background.spawn(cancels::watch(
+            shared.clone(),
+            waker.cancels.clone(),
+            waker.hears_every_cancel.clone(),
+            stop_background.clone(),
+        ));
         if !config.retention.is_off() {
             background.spawn(prune(shared.clone(), stop_background.clone()));
         }

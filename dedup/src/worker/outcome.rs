@@ -24,6 +24,9 @@ pub(super) enum Ended {
     /// The shutdown grace ran out, or the handler outlived its cancel grace and was
     /// dropped.
     Aborted,
+    /// The handler ran out of its timeout (this long) and did not return success within
+    /// the cancel grace.
+    TimedOut(Duration),
 }
 
 /// How a task's run ended, to be recorded.
@@ -55,6 +58,7 @@ pub(super) enum Recorded {
     Retried,
     Failed,
     Released,
+    Snoozed,
     Lost,
 }
 
@@ -66,6 +70,7 @@ impl Recorded {
             Recorded::Retried => "retried",
             Recorded::Failed => "failed",
             Recorded::Released => "released",
+            Recorded::Snoozed => "snoozed",
             Recorded::Lost => "lost",
         }
     }
@@ -80,6 +85,7 @@ pub(super) fn counted(shared: &Shared, id: Uuid, recorded: Recorded, started: In
             Recorded::Retried => &counters.retried,
             Recorded::Failed => &counters.failed,
             Recorded::Released => &counters.released,
+            Recorded::Snoozed => &counters.snoozed,
             Recorded::Lost => &counters.lost,
         },
         1,

@@ -146,6 +146,8 @@ pub(super) struct TypeRoute {
     pub retry: RetryPolicy,
     pub lease: Duration,
     pub heartbeat_every: Duration,
+    /// The type's own timeout ([`TaskOptions::timeout`](crate::TaskOptions::timeout)).
+    pub timeout: Option<Duration>,
 }
 
 /// Every route of a worker.

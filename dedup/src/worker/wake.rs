@@ -39,6 +39,13 @@ pub enum Wakeups {
     ///   polls only every [`fallback_poll`](super::WorkerBuilder::fallback_poll). An
     ///   in-memory database has the doorbell and the adaptive poll.
     /// - MySQL/MariaDB: the adaptive poll.
+    ///
+    /// The same means tell a worker that a task it runs was cancelled, so that it fires
+    /// the handler's cancellation at once: PostgreSQL's listener also LISTENs on
+    /// `task_dedup_cancel`; on SQLite a cancel through a pool of the same file in this
+    /// process rings a bell. Otherwise (MySQL/MariaDB, another process on SQLite, a
+    /// cancel inside a caller's transaction on SQLite, a listener that is down) the
+    /// worker looks every [`cancel_poll`](super::WorkerBuilder::cancel_poll).
     #[default]
     Auto,
     /// The adaptive poll only: [`poll_interval`](super::WorkerBuilder::poll_interval).
@@ -49,6 +56,12 @@ pub enum Wakeups {
 pub(super) struct Waker {
     /// Rung when there may be work; `None` when the worker polls.
     pub bell: Option<Arc<Notify>>,
+    /// Rung when a task that may be running here was cancelled; `None` when the worker
+    /// looks at its running tasks every
+    /// [`cancel_poll`](super::WorkerBuilder::cancel_poll) only.
+    pub cancels: Option<Arc<Notify>>,
+    /// Whether `cancels` hears every cancel now (PostgreSQL's listener, while it is up).
+    pub hears_every_cancel: Arc<AtomicBool>,
     /// Whether the bell hears every write now (PostgreSQL's listener, SQLite's change
     /// watcher, while their connections are up), so that the worker polls only at the
     /// fallback interval.
@@ -82,6 +95,8 @@ impl Waker {
         let unheard = Arc::new(AtomicU64::new(0));
         let polling = Waker {
             bell: None,
+            cancels: None,
+            hears_every_cancel: Arc::new(AtomicBool::new(false)),
             hears_every_write: hears_every_write.clone(),
             unheard: unheard.clone(),
         };
@@ -94,17 +109,21 @@ impl Waker {
             #[cfg(feature = "postgres")]
             Some(Pool::Postgres(pool)) => {
                 let bell = Arc::new(Notify::new());
+                let cancels = Arc::new(Notify::new());
                 let listener = postgres::Listener {
                     pool: pool.clone(),
                     url: listen_url.map(str::to_owned),
                     db: db.clone(),
                     bell: bell.clone(),
+                    cancels: cancels.clone(),
                     listening: hears_every_write.clone(),
                     unheard: unheard.clone(),
                 };
                 tracker.spawn(listener.run(stop));
                 Waker {
                     bell: Some(bell),
+                    cancels: Some(cancels),
+                    hears_every_cancel: hears_every_write.clone(),
                     hears_every_write,
                     unheard,
                 }
@@ -113,6 +132,12 @@ impl Waker {
             Some(Pool::Sqlite(pool)) => {
                 let options = pool.connect_options();
                 let bell = crate::executor::notify::doorbell(options.get_filename());
+                // Cancels through a pool of this file in this process; other processes'
+                // and caller transactions' cancels are seen at the cancel poll.
+                let cancels = crate::executor::notify::bell(
+                    options.get_filename(),
+                    crate::executor::notify::Bell::Cancel,
+                );
                 if !sqlite_in_memory(&options) {
                     let options = (*options).clone();
                     let watching = hears_every_write.clone();
@@ -120,6 +145,8 @@ impl Waker {
                 }
                 Waker {
                     bell: Some(bell),
+                    cancels: Some(cancels),
+                    hears_every_cancel: Arc::new(AtomicBool::new(false)),
                     hears_every_write,
                     unheard,
                 }

@@ -73,7 +73,7 @@ const fn later(name: &'static str, kind: Kind) -> Spec {
 }
 
 /// Every column the library reads or writes, in table order.
-pub(crate) const COLUMNS: [Spec; 20] = [
+pub(crate) const COLUMNS: [Spec; 21] = [
     spec("id", Kind::Uuid, false, false),
     spec("user_id", Kind::Key(USER_ID_MAX_CHARS), false, false),
     spec("task_type", Kind::Key(TASK_TYPE_MAX_CHARS), false, false),
@@ -99,6 +99,7 @@ pub(crate) const COLUMNS: [Spec; 20] = [
     later("scope", Kind::Text(SCOPE_MAX_CHARS)),
     later("dedup_window_end", Kind::BigInt),
     later("concurrent", Kind::Bool),
+    later("snoozes", Kind::Int),
 ];
 
 /// The MySQL/MariaDB generated columns behind the unique indexes, old and new.

@@ -73,6 +73,9 @@ const RUNNING_SLOT: &str = "ALTER TABLE task_run ADD COLUMN running_slot tinyint
 const RUNNING_INDEX: &str = "ALTER TABLE task_run ADD UNIQUE INDEX task_running_resource_uidx \
     (user_id, task_type, resource_key, running_slot)";
 
+// m20261204_000010_task_dedup_snoozes: ALGORITHM=INSTANT where the server has it
+const SNOOZES: &str = "ALTER TABLE task_run ADD COLUMN snoozes int NOT NULL DEFAULT 0";
+
 // m20261202_000006_task_dedup_maintenance (the table of paused types is the migration's)
 const FINISHED_INDEX: &str =
     "ALTER TABLE task_run ADD INDEX task_run_finished_idx (status, finished_at)";
@@ -239,6 +242,9 @@ pub(super) async fn prepare(run: &Run<'_>, name: &str) -> Result<(), OnlineError
         }
         // A function (PostgreSQL) or nothing: no lock a writer waits behind.
         "m20261203_000009_task_dedup_pooler_function" => {}
+        "m20261204_000010_task_dedup_snoozes" => {
+            conn.column(run, name, "snoozes", SNOOZES).await?;
+        }
         other => return Err(super::unplanned(other)),
     }
     Ok(())

@@ -79,6 +79,10 @@ const RUNNING_INDEX: &str = "CREATE UNIQUE INDEX CONCURRENTLY task_running_resou
     ON task_run (user_id, task_type, resource_key) \
     WHERE (status = 'running' AND NOT concurrent)";
 
+// m20261204_000010_task_dedup_snoozes: a constant default, kept in the catalog (no rewrite)
+const SNOOZES: &str =
+    "ALTER TABLE task_run ADD COLUMN IF NOT EXISTS snoozes integer NOT NULL DEFAULT 0";
+
 // m20261202_000006_task_dedup_maintenance (the table of paused types is the migration's)
 const FINISHED_INDEX: &str =
     "CREATE INDEX CONCURRENTLY task_run_finished_idx ON task_run (status, finished_at)";
@@ -189,6 +193,9 @@ pub(super) async fn prepare(run: &Run<'_>, name: &str) -> Result<(), OnlineError
         }
         // A function (PostgreSQL) or nothing: no lock a writer waits behind.
         "m20261203_000009_task_dedup_pooler_function" => {}
+        "m20261204_000010_task_dedup_snoozes" => {
+            conn.column(run, name, "snoozes", SNOOZES).await?;
+        }
         other => return Err(super::unplanned(other)),
     }
     Ok(())

@@ -46,8 +46,11 @@ pub(in crate::worker) struct Listener {
     /// The worker's pool as SeaORM's, through which the probe is notified (as the
     /// application's enqueues notify).
     pub db: DatabaseConnection,
-    /// Rung for each notification, and when listening (again).
+    /// Rung for each wake-up notification, and when listening (again).
     pub bell: Arc<Notify>,
+    /// Rung for each cancel notification, and when listening (again): a cancel
+    /// notified meanwhile is lost.
+    pub cancels: Arc<Notify>,
     /// Whether the listener hears every notification now.
     pub listening: Arc<AtomicBool>,
     /// How many checks went unheard.
@@ -81,6 +84,7 @@ impl Listener {
             };
             self.listening.store(false, Ordering::Relaxed);
             self.bell.notify_waiters();
+            self.cancels.notify_waiters();
             match stopped {
                 Stopped::Failed(err) => {
                     tracing::warn!(error = %err, "wake-up listener failed; listening again in 1 s (polling meanwhile)");
@@ -121,23 +125,30 @@ impl Listener {
         let stopped: Result<std::convert::Infallible, Stopped> = async {
             probe.listen(listener).await?;
             tokio::time::sleep(CHECK_SETTLE).await;
-            probe.check(listener, &self.db, &self.bell).await?;
-            listener.listen(crate::dialect::postgres::CHANNEL).await?;
+            probe.check(listener, self).await?;
+            listener
+                .listen_all([
+                    crate::dialect::postgres::CHANNEL,
+                    crate::dialect::postgres::CANCEL_CHANNEL,
+                ])
+                .await?;
             self.listening.store(true, Ordering::Relaxed);
             self.bell.notify_waiters();
+            self.cancels.notify_waiters();
             let mut next_check = Instant::now() + RECHECK_EVERY;
             loop {
                 match tokio::time::timeout_at(next_check, listener.try_recv()).await {
-                    Ok(Ok(Some(_))) => {}
+                    Ok(Ok(Some(notification))) => {
+                        self.ring(notification.channel());
+                    }
                     // The connection was lost: listen again on a new one, checked again.
                     Ok(Ok(None)) => return Err(Stopped::Failed("connection lost".to_owned())),
                     Ok(Err(err)) => return Err(err.into()),
                     Err(_) => {
-                        probe.check(listener, &self.db, &self.bell).await?;
+                        probe.check(listener, self).await?;
                         next_check = Instant::now() + RECHECK_EVERY;
                     }
                 }
-                self.bell.notify_waiters();
             }
         }
         .await;
@@ -150,6 +161,15 @@ impl Listener {
             let _ = listener.unlisten_all().await;
         }
         stopped
+    }
+
+    /// Rings the bell of a notification heard on `channel`.
+    fn ring(&self, channel: &str) {
+        if channel == crate::dialect::postgres::CANCEL_CHANNEL {
+            self.cancels.notify_waiters();
+        } else {
+            self.bell.notify_waiters();
+        }
     }
 }
 
@@ -191,14 +211,10 @@ impl Probe {
 
     /// Notifies the probe channel through `db` (the worker's pool) if the listener's
     /// server process has been idle for a while, and waits up to [`CHECK_WAIT`] to
-    /// hear it on `listener`, ringing `bell` for the wake-ups heard meanwhile. Not
-    /// notified (that process was busy: another client's) is unheard.
-    async fn check(
-        &mut self,
-        listener: &mut PgListener,
-        db: &DatabaseConnection,
-        bell: &Notify,
-    ) -> Result<(), Stopped> {
+    /// hear it on `listener`, ringing the bells of `owner` for the notifications heard
+    /// meanwhile. Not notified (that process was busy: another client's) is unheard.
+    async fn check(&mut self, listener: &mut PgListener, owner: &Listener) -> Result<(), Stopped> {
+        let db = &owner.db;
         self.sent += 1;
         let payload = self.sent.to_string();
         let sent = async {
@@ -230,7 +246,7 @@ impl Probe {
                         return Ok(());
                     }
                 }
-                Some(_) => bell.notify_waiters(),
+                Some(n) => owner.ring(n.channel()),
                 None => {
                     return Err(Stopped::Failed(
                         "the connection was lost during its check".to_owned(),
