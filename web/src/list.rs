@@ -240,7 +240,13 @@ fn table(ctx: &Ctx, params: &Params, page: &Page) -> Markup {
                         td { (task.task_type) }
                         td { (task.user_id) }
                         td.key { (task.resource_key) }
-                        td { span class=(format!("status {}", task.status.as_str())) { (task.status.as_str()) } }
+                        td {
+                            span class=(format!("status {}", task.status.as_str())) { (task.status.as_str()) }
+                            // Back in the queue by its handler's choice, not a failure.
+                            @if task.status == TaskStatus::Queued && task.snoozes > 0 {
+                                " " span.snoozed title=(format!("snoozes: {}", task.snoozes)) { "snoozed" }
+                            }
+                        }
                         td.num { (task.attempts) }
                         td { time datetime=(format::rfc3339(task.created_at)) { (format::time(task.created_at)) } }
                         td { time datetime=(format::rfc3339(task.run_at)) { (format::time(task.run_at)) } }

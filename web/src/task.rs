@@ -81,6 +81,7 @@ fn detail(ctx: &Ctx, task: &task_run::Model) -> Markup {
             dt { "Scope" } dd #task-scope { (task.scope.as_str()) @if task.concurrent { ", concurrent" } }
             dt { "Priority" } dd #task-priority { (task.priority) }
             dt { "Attempts" } dd #task-attempts { (task.attempts) }
+            dt { "Snoozes" } dd #task-snoozes { (task.snoozes) }
             dt { "Run at" } dd #task-run-at { (when(task.run_at)) }
             dt { "Created" } dd #task-created-at { (when(task.created_at)) }
             dt { "Updated" } dd #task-updated-at { (when(task.updated_at)) }
