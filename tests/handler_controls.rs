@@ -88,6 +88,11 @@ fn retries(max_attempts: i32) -> RetryPolicy {
     }
 }
 
+/// Enqueues a typed `task`; its id.
+async fn enqueued_task(db: &DatabaseConnection, task: &impl Task) -> Uuid {
+    db.enqueue(task).await.expect("enqueue").task().id
+}
+
 /// A worker that polls often, with a slow heartbeat and a long lease.
 fn quick(db: &DatabaseConnection) -> WorkerBuilder {
     Worker::builder(db.clone())
@@ -238,15 +243,10 @@ async fn a_typed_handler_snoozes(db: &TestDb) {
         })
         .build()
         .expect("worker");
-    let id = db
-        .db
-        .enqueue(&Poll {
-            resource: "feed/7".into(),
-        })
-        .await
-        .expect("enqueue")
-        .task()
-        .id;
+    let poll = Poll {
+        resource: "feed/7".into(),
+    };
+    let id = enqueued_task(&db.db, &poll).await;
     let conn = db.db.clone();
     let report = run_until(worker, async || {
         load(&conn, id).await.status == TaskStatus::Succeeded
@@ -373,13 +373,7 @@ async fn a_timeout_from_task_options_fails_the_last_attempt(db: &TestDb) {
         })
         .build()
         .expect("worker");
-    let id = db
-        .db
-        .enqueue(&Export { id: 1 })
-        .await
-        .expect("enqueue")
-        .task()
-        .id;
+    let id = enqueued_task(&db.db, &Export { id: 1 }).await;
     let conn = db.db.clone();
     let report = run_until(worker, async || {
         load(&conn, id).await.status == TaskStatus::Failed
@@ -564,14 +558,6 @@ async fn a_bulk_cancel_reaches_every_running_handler(db: &TestDb) {
     assert_eq!((report.lost, report.completed), (3, 0), "{report:?}");
 }
 
-async fn kill_sessions(db: &TestDb) -> usize {
-    let (admin_url, _) = db.server().expect("a server dialect");
-    let admin = task_dedup::connect(admin_url).await.expect("admin");
-    let killed = db.kill_sessions(&admin).await;
-    admin.close().await.expect("close");
-    killed
-}
-
 /// Every session of the database killed while the handlers run (the worker's pool, its
 /// listener): a snooze, a timeout and a cancel afterwards each still land, within the
 /// retry budget, and the cancel reaches its handler before the heartbeat (the listener
@@ -618,7 +604,7 @@ async fn handler_controls_ride_out_killed_connections(db: &TestDb) {
     for id in [snooze, timeout, cancel] {
         wait_for(&db.db, id, |t| t.status == TaskStatus::Running).await;
     }
-    let killed = kill_sessions(db).await;
+    let killed = db.kill_all_sessions().await;
     assert!(killed > 0);
     gate.notify_one();
     let cancelled_at = Instant::now();

@@ -563,14 +563,6 @@ async fn a_scheduler_killed_at_a_tick_leaves_it_to_another_process(db: &TestDb) 
 }
 
 /// The server sessions of this test's database, killed from an admin connection.
-async fn kill_sessions(db: &TestDb) -> usize {
-    let (admin_url, _) = db.server().expect("a server dialect");
-    let admin = task_dedup::connect(admin_url).await.expect("admin");
-    let killed = db.kill_sessions(&admin).await;
-    admin.close().await.expect("close");
-    killed
-}
-
 /// Every session of the database killed every 300 ms for 4 s while two workers enqueue
 /// a tick a second: the enqueues run again on fresh connections (or the next tick
 /// catches up), and every tick has its one task.
@@ -591,7 +583,7 @@ async fn ticks_survive_their_connections_being_killed(db: &TestDb) {
     let mut killed = 0;
     let storm = Instant::now();
     while storm.elapsed() < Duration::from_secs(4) {
-        killed += kill_sessions(db).await;
+        killed += db.kill_all_sessions().await;
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     assert!(killed > 0, "no session was killed");

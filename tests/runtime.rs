@@ -681,14 +681,6 @@ async fn a_killed_worker_processs_tasks_are_run_by_another_worker(db: &TestDb) {
 }
 
 /// The server sessions of this test's database, killed from an admin connection.
-async fn kill_sessions(db: &TestDb) -> usize {
-    let (admin_url, _) = db.server().expect("a server dialect");
-    let admin = task_dedup::connect(admin_url).await.expect("admin");
-    let killed = db.kill_sessions(&admin).await;
-    admin.close().await.expect("close");
-    killed
-}
-
 /// Every session of the database killed every 300 ms for 3 s while a worker runs 300
 /// tasks: each runs once and succeeds (a claim lost with its connection comes back
 /// when its lease expires), and the worker keeps running.
@@ -724,7 +716,7 @@ async fn a_worker_survives_its_connections_being_killed(db: &TestDb) {
     let mut killed = 0;
     for _ in 0..10 {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        killed += kill_sessions(db).await;
+        killed += db.kill_all_sessions().await;
     }
     for id in &all {
         wait_for(&db.db, *id, |t| t.status == TaskStatus::Succeeded).await;

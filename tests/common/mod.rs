@@ -199,6 +199,16 @@ impl TestDb {
         }
     }
 
+    /// Kills every server session of this test's database, from an admin connection of
+    /// its own (opened and closed here). Returns how many.
+    pub async fn kill_all_sessions(&self) -> usize {
+        let (admin_url, _) = self.server().expect("a server dialect");
+        let admin = task_dedup::connect(admin_url).await.expect("admin");
+        let killed = self.kill_sessions(&admin).await;
+        admin.close().await.expect("close");
+        killed
+    }
+
     /// Kills every server session of this test's database but `admin`'s own
     /// (`pg_terminate_backend` on PostgreSQL, `KILL CONNECTION` on MariaDB), from
     /// `admin`, a connection to the server's admin database. Returns how many.
