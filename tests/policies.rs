@@ -188,7 +188,10 @@ async fn period_scope_holds_the_window_whatever_the_status(db: &TestDb) {
         Some(created.id)
     );
     // Another period is another window; an Active-scope task is another slot.
-    let daily = task("report").scope(Scope::Period(Duration::from_secs(86_400)));
+    // (A day and a second: a day's window ends with the hour's in the last hour of every
+    // UTC day, and the two would then share the slot; this one's end meets an hour's
+    // only every 3,600 of its windows.)
+    let daily = task("report").scope(Scope::Period(Duration::from_secs(86_401)));
     assert!(
         db.db
             .find_or_enqueue(daily)
