@@ -31,7 +31,9 @@ matrix!(
 server_matrix!(
     writers_keep_working_through_an_online_upgrade,
     unique_build_resolves_duplicates_written_while_it_waits,
+    duplicate_written_during_the_resolution,
     killed_build_is_found_and_built_again,
+    killed_guarded_build_leaves_a_guard_the_next_run_drops,
 );
 
 /// How many migrations there are.
@@ -351,25 +353,19 @@ fn waiting_build(dialect: Dialect, statement: &str) -> String {
     }
 }
 
-/// A duplicate written while the unique index builds (here: committed by a writer the
-/// build waits for, so it lands after the first resolution and before the index checks
-/// new rows) makes the build fail; the run resolves it as the first ones (the oldest
-/// stays, the newer is cancelled) and builds again. Deterministic: the writer's
-/// transaction is open when the build starts.
+/// A duplicate written by a transaction that is open when the run starts. MySQL/MariaDB:
+/// the build waits for it, so the duplicate lands after the first resolution and before
+/// the index checks new rows; the build fails, the run resolves it as the first ones
+/// (the oldest stays, the newer is cancelled) and builds again. PostgreSQL: the guard
+/// trigger waits for it (its lock waits for every transaction that wrote before it),
+/// so the resolution that follows finds it and the build succeeds at once.
+/// Deterministic: the writer's transaction is open when the run starts.
 ///
-/// Without the protocol (a build that is not run again after resolving), this fails:
-/// the run gives up with a unique violation after one attempt.
+/// Without the protocol (a build that is not run again after resolving; on PostgreSQL a
+/// guard installed after the resolution), this fails: the run gives up with a unique
+/// violation after one attempt.
 async fn unique_build_resolves_duplicates_written_while_it_waits(db: &TestDb) {
-    Migrator::up(&db.db, Some(1)).await.expect("first step");
-    if db.dialect == Dialect::MySql {
-        // The generated column the index reads, as the migration adds it: adding it
-        // would wait for the writer first (and copy the table).
-        db.exec(
-            "ALTER TABLE task_run ADD COLUMN active_marker tinyint GENERATED ALWAYS AS \
-             (CASE WHEN status IN ('queued', 'running') THEN 1 END) STORED",
-        )
-        .await;
-    }
+    first_step_with_marker(db).await;
     let k = ("u", "t", "k");
     let oldest = rows::insert(&db.db, k, Running, at(0)).await.expect("seed");
     let old_dup = rows::insert(&db.db, k, Queued, at(1)).await.expect("seed");
@@ -387,9 +383,9 @@ async fn unique_build_resolves_duplicates_written_while_it_waits(db: &TestDb) {
         let db = db.db.clone();
         tokio::spawn(async move { up_online(&db, Some(1), &opts).await })
     };
-    let statement = match db.dialect {
-        Dialect::Postgres => "CREATE UNIQUE INDEX CONCURRENTLY",
-        _ => "ALTER TABLE task_run ADD UNIQUE INDEX",
+    let (statement, attempts) = match db.dialect {
+        Dialect::Postgres => ("CREATE TRIGGER task_dedup_online_guard", 1),
+        _ => ("ALTER TABLE task_run ADD UNIQUE INDEX", 2),
     };
     common::wait_for_session(
         &admin,
@@ -406,7 +402,7 @@ async fn unique_build_resolves_duplicates_written_while_it_waits(db: &TestDb) {
         .iter()
         .find(|c| c.object == "task_active_resource_uidx")
         .expect("the unique build");
-    assert_eq!(build.attempts, 2, "{build}");
+    assert_eq!(build.attempts, attempts, "{build}");
     assert_eq!(build.resolved_duplicates, 2, "{build}");
     // The table is at the second step: not every column of the entity is there yet.
     let rows = db
@@ -441,6 +437,126 @@ async fn unique_build_resolves_duplicates_written_while_it_waits(db: &TestDb) {
         .await
         .expect_err("guarded");
     assert!(is_unique_violation(&err));
+    admin.close().await.expect("close");
+}
+
+/// The first step, and on MySQL/MariaDB the generated column the unique index reads,
+/// as the second step adds it (here, so that the online run does not wait for a test's
+/// open writer to add it, and copy the table).
+async fn first_step_with_marker(db: &TestDb) {
+    Migrator::up(&db.db, Some(1)).await.expect("first step");
+    if db.dialect == Dialect::MySql {
+        db.exec(
+            "ALTER TABLE task_run ADD COLUMN active_marker tinyint GENERATED ALWAYS AS \
+             (CASE WHEN status IN ('queued', 'running') THEN 1 END) STORED",
+        )
+        .await;
+    }
+}
+
+/// A duplicate that arrives after the run has read the duplicates it resolves, and
+/// before the unique index takes inserts (here: while the resolution waits for a row
+/// another transaction locked). PostgreSQL: the guard trigger, in place since before
+/// the resolution, refuses it as the index will (23505), and the build succeeds at
+/// once. MySQL/MariaDB (no guard): it goes in, the build meets it and fails, the run
+/// resolves it and builds again. Either way, once the index stands every key has one
+/// active task and nothing was deleted.
+///
+/// Without the guard (or with it installed after the resolution), the PostgreSQL run
+/// takes the MySQL path: the duplicate goes in and this fails.
+async fn duplicate_written_during_the_resolution(db: &TestDb) {
+    first_step_with_marker(db).await;
+    let k = ("u", "t", "k");
+    let oldest = rows::insert(&db.db, k, Running, at(0)).await.expect("seed");
+    let old_dup = rows::insert(&db.db, k, Queued, at(1)).await.expect("seed");
+
+    // Holds the row the resolution will cancel: the run waits there.
+    let holder = db.pool(1).await;
+    let txn = holder.db.begin().await.expect("begin");
+    let lock = match db.dialect {
+        Dialect::Postgres => "SELECT id FROM task_run WHERE id = $1 FOR UPDATE",
+        _ => "SELECT id FROM task_run WHERE id = ? FOR UPDATE",
+    };
+    txn.query_all_raw(db.stmt(lock, vec![old_dup.into()]))
+        .await
+        .expect("lock the duplicate");
+
+    let admin = admin(db).await;
+    let run = {
+        let db = db.db.clone();
+        let mut opts = options();
+        opts.lock_timeout = Duration::from_secs(30);
+        tokio::spawn(async move { up_online(&db, Some(1), &opts).await })
+    };
+    let waiting = match db.dialect {
+        Dialect::Postgres => waiting_build(db.dialect, "UPDATE task_run SET status"),
+        // Seen at all, the UPDATE waits: the row it needs is locked. (Not joined with
+        // INNODB_TRX: MariaDB answered that join's prepared statement from its first
+        // execution ever after.)
+        _ => "SELECT CAST(ID AS SIGNED) AS id FROM information_schema.PROCESSLIST \
+              WHERE DB = ? AND INFO LIKE 'UPDATE task_run SET status%'"
+            .to_owned(),
+    };
+    common::wait_for_session(&admin, db, &waiting, "the resolution").await;
+    let late = rows::insert(&db.db, k, Queued, at(2)).await;
+    txn.commit().await.expect("release the row");
+
+    let report = run.await.expect("run").expect("the build succeeds");
+    let build = report
+        .changes
+        .iter()
+        .find(|c| c.object == "task_active_resource_uidx")
+        .expect("the unique build");
+    let (rows_left, statuses) = match db.dialect {
+        Dialect::Postgres => {
+            let err = late.expect_err("the guard refuses the duplicate");
+            assert!(is_unique_violation(&err), "{err}");
+            assert_eq!(
+                (build.attempts, build.resolved_duplicates),
+                (1, 1),
+                "{build}"
+            );
+            (2, vec![(oldest, "running"), (old_dup, "cancelled")])
+        }
+        _ => {
+            let late = late.expect("no guard: the duplicate goes in");
+            assert_eq!(
+                (build.attempts, build.resolved_duplicates),
+                (2, 2),
+                "{build}"
+            );
+            let expected = vec![
+                (oldest, "running"),
+                (old_dup, "cancelled"),
+                (late, "cancelled"),
+            ];
+            (3, expected)
+        }
+    };
+    let rows = db
+        .db
+        .query_all_raw(db.stmt("SELECT id, status FROM task_run", vec![]))
+        .await
+        .expect("rows");
+    assert_eq!(rows.len(), rows_left, "nothing is deleted");
+    for (id, status) in statuses {
+        let row = rows
+            .iter()
+            .find(|row| row.try_get::<uuid::Uuid>("", "id").expect("id") == id)
+            .expect("row kept");
+        assert_eq!(row.try_get::<String>("", "status").expect("status"), status);
+    }
+    let guards = match db.dialect {
+        Dialect::Postgres => {
+            common::count(
+                &db.db,
+                "SELECT COUNT(*) AS n FROM pg_trigger WHERE tgname = 'task_dedup_online_guard'",
+            )
+            .await
+        }
+        _ => 0,
+    };
+    assert_eq!(guards, 0, "the guard is gone with the build");
     admin.close().await.expect("close");
 }
 
@@ -567,6 +683,73 @@ async fn killed_build_is_found_and_built_again(db: &TestDb) {
     }
     let created = db.db.find_or_enqueue(NewTask::new(key("doc"))).await;
     assert!(created.expect("guarded again").is_created());
+    admin.close().await.expect("close");
+}
+
+/// A run killed while its guard trigger stands (PostgreSQL; the other dialects have no
+/// guard, and their killed builds are `killed_build_is_found_and_built_again`): the
+/// trigger outlives the run and keeps refusing duplicates, which is safe; the next run's
+/// repair drops it and builds the index.
+async fn killed_guarded_build_leaves_a_guard_the_next_run_drops(db: &TestDb) {
+    if db.dialect != Dialect::Postgres {
+        return;
+    }
+    first_step_with_marker(db).await;
+    let k = ("u", "t", "k");
+    rows::insert(&db.db, k, Running, at(0)).await.expect("seed");
+    let dup = rows::insert(&db.db, k, Queued, at(1)).await.expect("seed");
+    let holder = db.pool(1).await;
+    let txn = holder.db.begin().await.expect("begin");
+    txn.query_all_raw(db.stmt(
+        "SELECT id FROM task_run WHERE id = $1 FOR UPDATE",
+        vec![dup.into()],
+    ))
+    .await
+    .expect("lock the duplicate");
+
+    let admin = admin(db).await;
+    let run = {
+        let db = db.db.clone();
+        tokio::spawn(async move { up_online(&db, Some(1), &options()).await })
+    };
+    let waiting = waiting_build(db.dialect, "UPDATE task_run SET status");
+    common::wait_for_session(&admin, db, &waiting, "the resolution").await;
+    // The run's own session, which installed the guard and would build the index.
+    let session = common::wait_for_session(
+        &admin,
+        db,
+        "SELECT pid::int8 AS id FROM pg_stat_activity WHERE datname = $1 \
+         AND query LIKE 'CREATE TRIGGER task_dedup_online_guard%'",
+        "the guard's session",
+    )
+    .await;
+    admin
+        .execute_unprepared(&format!("SELECT pg_terminate_backend({session})"))
+        .await
+        .expect("kill the run's session");
+    txn.commit().await.expect("release the row");
+    let killed = run.await.expect("run");
+    assert!(killed.is_err(), "{killed:?}");
+
+    let guards = "SELECT COUNT(*) AS n FROM pg_trigger WHERE tgname = 'task_dedup_online_guard'";
+    assert_eq!(common::count(&db.db, guards).await, 1, "left standing");
+    let err = rows::insert(&db.db, k, Queued, at(2))
+        .await
+        .expect_err("still guarded");
+    assert!(is_unique_violation(&err), "{err}");
+
+    let report = up_online(&db.db, Some(1), &options())
+        .await
+        .expect("the next run");
+    assert!(
+        report
+            .changes
+            .iter()
+            .any(|c| c.object == "task_active_resource_uidx"),
+        "{report:?}"
+    );
+    assert_eq!(common::count(&db.db, guards).await, 0, "dropped");
+    assert_eq!(common::keys_with_two_active(&db.db).await, 0);
     admin.close().await.expect("close");
 }
 

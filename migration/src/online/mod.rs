@@ -26,11 +26,13 @@
 //! ([`invalid_indexes`] lists them; `migrate status` shows them).
 //!
 //! Unique indexes on a live table: existing duplicates are resolved first (keep the
-//! oldest; nothing is deleted), then the index is built. A duplicate written during the
-//! build by a writer that does not go through the index (an older, read-then-insert
-//! release) makes the build fail with a unique violation; the invalid index is dropped,
-//! the new duplicates are resolved the same way, and the build runs again. Once the
-//! index is valid the database refuses every further duplicate.
+//! oldest; nothing is deleted), then the index is built. On PostgreSQL a guard trigger,
+//! installed before the resolution and dropped after the build, serialises the writers
+//! of each key and refuses a duplicate as the index will, so the build meets none. A
+//! duplicate that still reaches the build (MySQL/MariaDB, which have no guard; a writer
+//! in REPEATABLE READ) makes it fail with a unique violation; the invalid index is
+//! dropped, the new duplicates are resolved the same way, and the build runs again.
+//! Once the index is valid the database refuses every further duplicate.
 
 #[cfg(feature = "mysql")]
 mod mysql;

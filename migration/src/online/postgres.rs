@@ -109,6 +109,59 @@ const ADMIN_INDEXES: [(&str, &str); 3] = [
 const KEY_PREFIX_INDEX: &str =
     "CREATE INDEX CONCURRENTLY task_run_key_prefix_idx ON task_run (resource_key COLLATE \"C\")";
 
+/// While a unique index builds, writers that do not go through it (an older,
+/// read-then-insert release; an older worker's claim) could add a duplicate at any
+/// moment, and `CREATE UNIQUE INDEX CONCURRENTLY` fails on one that arrives before the
+/// index takes inserts. This trigger closes that window: it serialises the rows that
+/// would join a key (a transaction-scoped advisory lock on the key's hash; under READ
+/// COMMITTED each statement of the function reads afresh, so a second writer sees the
+/// first one's committed row) and then does what the finished index will do. For the
+/// active-key index it refuses the duplicate with the index's own error (23505 naming
+/// `task_active_resource_uidx`); for the running-key index it marks the second run of
+/// a key `concurrent`, as the resolution does. Installed before the resolution (its
+/// lock waits for every transaction that wrote before it), dropped once the index is
+/// built or the run gives up; a leftover from a killed run is dropped by [`repair`].
+const GUARD_FUNCTION: &str = r#"CREATE OR REPLACE FUNCTION task_dedup_online_guard()
+RETURNS trigger LANGUAGE plpgsql AS $guard$
+BEGIN
+    IF TG_ARGV[0] = 'active' THEN
+        IF NEW.status IN ('queued', 'running') AND (TG_OP = 'INSERT'
+            OR OLD.status NOT IN ('queued', 'running')
+            OR (OLD.user_id, OLD.task_type, OLD.resource_key)
+               IS DISTINCT FROM (NEW.user_id, NEW.task_type, NEW.resource_key)) THEN
+            PERFORM pg_advisory_xact_lock(29796,
+                hashtext(NEW.user_id || '/' || NEW.task_type || '/' || NEW.resource_key));
+            IF EXISTS (SELECT 1 FROM task_run WHERE user_id = NEW.user_id
+                AND task_type = NEW.task_type AND resource_key = NEW.resource_key
+                AND status IN ('queued', 'running') AND id <> NEW.id) THEN
+                RAISE EXCEPTION 'duplicate key value violates unique constraint "task_active_resource_uidx"'
+                    USING ERRCODE = 'unique_violation', TABLE = 'task_run',
+                    CONSTRAINT = 'task_active_resource_uidx';
+            END IF;
+        END IF;
+    ELSIF NEW.status = 'running' AND NOT NEW.concurrent
+        AND (TG_OP = 'INSERT' OR OLD.status <> 'running' OR OLD.concurrent) THEN
+        PERFORM pg_advisory_xact_lock(29796,
+            hashtext(NEW.user_id || '/' || NEW.task_type || '/' || NEW.resource_key));
+        IF EXISTS (SELECT 1 FROM task_run WHERE user_id = NEW.user_id
+            AND task_type = NEW.task_type AND resource_key = NEW.resource_key
+            AND status = 'running' AND NOT concurrent AND id <> NEW.id) THEN
+            NEW.concurrent := true;
+        END IF;
+    END IF;
+    RETURN NEW;
+END
+$guard$"#;
+const GUARD_ACTIVE: &str = "CREATE TRIGGER task_dedup_online_guard BEFORE INSERT OR UPDATE \
+    ON task_run FOR EACH ROW EXECUTE FUNCTION task_dedup_online_guard('active')";
+const GUARD_RUNNING: &str = "CREATE TRIGGER task_dedup_online_guard BEFORE INSERT OR UPDATE \
+    ON task_run FOR EACH ROW EXECUTE FUNCTION task_dedup_online_guard('running')";
+const UNGUARD: &str = "DROP TRIGGER IF EXISTS task_dedup_online_guard ON task_run";
+const UNGUARD_FUNCTION: &str = "DROP FUNCTION IF EXISTS task_dedup_online_guard()";
+/// Whether the guard trigger is there (a run was killed while it stood).
+const GUARD_STATE: &str = "SELECT EXISTS (SELECT 1 FROM pg_trigger \
+    WHERE tgrelid = to_regclass('task_run') AND tgname = 'task_dedup_online_guard')";
+
 /// SQLSTATEs a retry can get past: `lock_timeout` expired, a deadlock (two builds, or a
 /// build and a writer), and a unique build that met duplicates.
 const LOCK_NOT_AVAILABLE: &str = "55P03";
@@ -228,10 +281,13 @@ pub(super) async fn repair(run: &Run<'_>) -> Result<Vec<String>, OnlineError> {
         .into_iter()
         .filter(|name| OURS.contains(&name.as_str()))
         .collect();
-    if ours.is_empty() {
-        return Ok(ours);
-    }
     let mut conn = Session::open(run).await?;
+    if conn.guarded().await? {
+        tracing::warn!(
+            "the online guard trigger of a killed run is still on task_run: dropping it"
+        );
+        conn.unguard(run, "repair").await?;
+    }
     for name in &ours {
         tracing::warn!("index {name} is INVALID (a failed or killed build): dropping it");
         conn.drop_index(run, "repair", name).await?;
@@ -283,6 +339,15 @@ impl Session {
             .await
             .map_err(db_err)?;
         Ok(())
+    }
+
+    /// Whether the guard trigger stands on `task_run`.
+    async fn guarded(&mut self) -> Result<bool, DbErr> {
+        let conn: &mut PgConnection = &mut self.conn;
+        sqlx::query_scalar::<_, bool>(GUARD_STATE)
+            .fetch_one(conn)
+            .await
+            .map_err(db_err)
     }
 
     /// Whether index `name` exists (`Some`), and is valid.
@@ -348,6 +413,57 @@ impl Session {
             None => {}
         }
         let started = Instant::now();
+        let guard = match dedup {
+            Dedup::Nothing => None,
+            Dedup::Active => Some(GUARD_ACTIVE),
+            Dedup::Running => Some(GUARD_RUNNING),
+        };
+        if let Some(trigger) = guard {
+            if self.guarded().await? {
+                self.brief(run, name, UNGUARD).await?;
+            }
+            self.brief(run, name, GUARD_FUNCTION).await?;
+            self.brief(run, name, trigger).await?;
+        }
+        let built = self.build(run, migration, (name, sql), dedup).await;
+        if guard.is_some() {
+            // Whatever the build's outcome: a guard left standing costs every later
+            // write a lock. When this fails too (the connection is gone), the next
+            // run's repair drops it; the build's own error is the one to report.
+            let unguarded = self.unguard(run, name).await;
+            if built.is_ok() {
+                unguarded?;
+            }
+        }
+        let (attempt, resolved) = built?;
+        let object = name.to_owned();
+        run.record(
+            migration,
+            object,
+            Method::Concurrently,
+            started,
+            attempt,
+            resolved,
+        );
+        Ok(())
+    }
+
+    /// Drops the guard trigger and its function, if there.
+    async fn unguard(&mut self, run: &Run<'_>, object: &str) -> Result<(), OnlineError> {
+        self.brief(run, object, UNGUARD).await?;
+        self.brief(run, object, UNGUARD_FUNCTION).await?;
+        Ok(())
+    }
+
+    /// The attempts of [`Session::index`]'s build; returns how many it took and how many
+    /// duplicates it resolved.
+    async fn build(
+        &mut self,
+        run: &Run<'_>,
+        migration: &str,
+        (name, sql): (&str, &str),
+        dedup: Dedup,
+    ) -> Result<(u32, u64), OnlineError> {
         let manager = run.manager();
         let mut resolved = 0;
         let mut attempt = 1;
@@ -383,16 +499,7 @@ impl Session {
             self.pause(run, attempt).await?;
             attempt += 1;
         }
-        let object = name.to_owned();
-        run.record(
-            migration,
-            object,
-            Method::Concurrently,
-            started,
-            attempt,
-            resolved,
-        );
-        Ok(())
+        Ok((attempt, resolved))
     }
 
     /// `DROP INDEX CONCURRENTLY IF EXISTS`.
