@@ -14,9 +14,11 @@
 //! caller gets its own outcome or its own error. A caller dropped while it writes a
 //! batch (a cancelled request) hands the calls it carried back to their callers, which
 //! queue them again; a job that batch wrote meanwhile is then found in flight by its
-//! key, so nothing is enqueued twice.
+//! key, so nothing is enqueued twice. A caller dropped while its call still waits in
+//! the queue takes it out: it is not written later by whoever calls next.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use futures_util::future::join_all;
@@ -37,13 +39,15 @@ enum Reply {
     Again(NewTask),
 }
 
-type Call = (NewTask, oneshot::Sender<Reply>);
+/// A queued call: its number (to take it back), its task, where its answer goes.
+type Call = (u64, NewTask, oneshot::Sender<Reply>);
 
 /// The calls waiting for a flush slot, and the slots.
 pub(crate) struct Coalescer {
     queued: Mutex<VecDeque<Call>>,
     slots: Semaphore,
     enabled: bool,
+    numbers: AtomicU64,
 }
 
 impl Coalescer {
@@ -54,6 +58,7 @@ impl Coalescer {
             queued: Mutex::new(VecDeque::new()),
             slots: Semaphore::new(flushes),
             enabled: flushes > 0,
+            numbers: AtomicU64::new(0),
         }
     }
 
@@ -75,8 +80,15 @@ impl Coalescer {
             return Ok(db.find_or_enqueue(task).await?);
         }
         loop {
-            let (reply, mut outcome) = oneshot::channel();
-            self.queue().push_back((task, reply));
+            let (reply, outcome) = oneshot::channel();
+            let number = self.numbers.fetch_add(1, Ordering::Relaxed);
+            self.queue().push_back((number, task, reply));
+            // A caller dropped before its call is taken takes it back: it is never
+            // written later, by whoever calls next.
+            let _queued = Queued {
+                coalescer: self,
+                number,
+            };
             {
                 // Never closed; without a permit the call would only write alone.
                 let _slot = self.slots.acquire().await.ok();
@@ -87,13 +99,27 @@ impl Coalescer {
                 }
             }
             // Answered by this caller's flush, or by the one that carries the call.
-            task = match (&mut outcome).await {
+            task = match outcome.await {
                 Ok(Reply::Done(result)) => return result,
                 Ok(Reply::Again(task)) => task,
                 // A sender is always answered or handed back (`InFlight`'s drop).
                 Err(_) => return Err(QueueError::Interrupted),
             };
         }
+    }
+}
+
+/// A call in the queue: dropped, it takes the call out if no batch took it yet.
+struct Queued<'a> {
+    coalescer: &'a Coalescer,
+    number: u64,
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.coalescer
+            .queue()
+            .retain(|(number, _, _)| *number != self.number);
     }
 }
 
@@ -127,7 +153,7 @@ async fn flush(db: &DatabaseConnection, batch: Vec<Call>) {
     let mut in_flight = InFlight {
         calls: batch
             .into_iter()
-            .map(|(task, reply)| (task, Some(reply)))
+            .map(|(_, task, reply)| (task, Some(reply)))
             .collect(),
     };
     let tasks: Vec<NewTask> = in_flight.calls.iter().map(|(t, _)| t.clone()).collect();
