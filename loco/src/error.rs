@@ -31,11 +31,6 @@ pub enum QueueError {
         /// What was given.
         id: String,
     },
-    /// A grouped `perform_later` lost the caller that was writing its batch, and could
-    /// not be handed back (not expected: a batch's calls are answered or handed back
-    /// when it is dropped). The job may or may not have been enqueued.
-    #[error("the batch carrying this enqueue was dropped before it answered")]
-    Interrupted,
     /// `run` found no registered worker class for its tags: nothing would ever be
     /// claimed.
     #[error(

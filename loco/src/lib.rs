@@ -36,7 +36,6 @@
 //! The README of this crate has the steps, the mapping of Loco's fields, and how to
 //! enqueue in the request's transaction ([`TaskDedupQueue::enqueue`]).
 
-mod coalesce;
 mod error;
 mod jobs;
 mod keys;

@@ -18,7 +18,6 @@ use task_dedup::{
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::coalesce::{Coalescer, DEFAULT_FLUSHES};
 use crate::error::{QueueError, loco};
 use crate::jobs;
 use crate::keys::Dedup;
@@ -46,9 +45,6 @@ type Configure = dyn Fn(WorkerBuilder) -> WorkerBuilder + Send + Sync;
 ///   not decode into the worker's type fail the job at once, with the decoding error.
 /// - **A class that no process registered**: its jobs wait, queued, and the dashboard
 ///   shows them (type, age); nothing fails.
-/// - **Group enqueue**: `perform_later` calls that arrive while others are being
-///   written go to the database together, each with its own outcome
-///   ([`TaskDedupQueueBuilder::group_enqueues`]).
 ///
 /// Build it once per process, [`install`](Self::install) it in `Hooks::after_context`,
 /// and keep a clone where the application needs [`enqueue`](Self::enqueue) (created or
@@ -59,7 +55,6 @@ pub struct TaskDedupQueue {
     registry: Arc<Registry>,
     configure: Arc<Configure>,
     retry_budget: Option<Duration>,
-    coalescer: Arc<Coalescer>,
     shutdown: CancellationToken,
 }
 
@@ -79,7 +74,6 @@ pub struct TaskDedupQueueBuilder {
     classes: Vec<(String, Option<Dedup>, Vec<String>)>,
     configure: Arc<Configure>,
     retry_budget: Option<Duration>,
-    group_flushes: usize,
 }
 
 impl TaskDedupQueueBuilder {
@@ -120,18 +114,6 @@ impl TaskDedupQueueBuilder {
         self
     }
 
-    /// Group enqueue: how many batches of `perform_later` calls the queue writes at
-    /// once (default 4). A call that finds one free is written at once; calls that
-    /// arrive while all are busy wait for the next free one and go to the database
-    /// together, as one `find_or_enqueue_many` (one round trip, one commit, one
-    /// wake-up), each with the outcome it would have had alone. 0 writes every call
-    /// on its own. Calls in the request's transaction
-    /// ([`enqueue`](TaskDedupQueue::enqueue)) and `perform_all_later` are never grouped.
-    pub fn group_enqueues(mut self, in_flight: usize) -> TaskDedupQueueBuilder {
-        self.group_flushes = in_flight;
-        self
-    }
-
     /// The queue.
     pub fn build(self) -> TaskDedupQueue {
         let registry = Registry::new(self.default_dedup);
@@ -143,7 +125,6 @@ impl TaskDedupQueueBuilder {
             registry: Arc::new(registry),
             configure: self.configure,
             retry_budget: self.retry_budget,
-            coalescer: Arc::new(Coalescer::new(self.group_flushes)),
             shutdown: CancellationToken::new(),
         }
     }
@@ -159,7 +140,6 @@ impl TaskDedupQueue {
             classes: Vec::new(),
             configure: Arc::new(|builder| builder),
             retry_budget: None,
-            group_flushes: DEFAULT_FLUSHES,
         }
     }
 
@@ -313,7 +293,7 @@ impl QueueProvider for TaskDedupQueue {
         let task = self
             .task(&class, queue.as_deref(), args, tags.as_deref(), priority)
             .map_err(loco)?;
-        let outcome = self.coalescer.enqueue(&self.db, task).await.map_err(loco)?;
+        let outcome = self.db.find_or_enqueue(task).await.map_err(loco)?;
         Ok(Some(outcome.task().id.to_string()))
     }
 

@@ -54,7 +54,7 @@ pub(crate) async fn find_or_enqueue_many<C: DedupConnection>(
     for (index, task) in tasks.iter().enumerate() {
         task.validate().map_err(|source| DedupError::InvalidItem {
             index,
-            source: Box::new(source),
+            source: Box::new(source.into()),
         })?;
     }
     let mut exec = Executor::on(db)?;

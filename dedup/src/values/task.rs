@@ -6,7 +6,6 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::values::error::DedupError;
 use crate::values::key::TaskKey;
 use crate::values::validate::{self, InvalidArgument};
 use task_dedup_entity::task_run::{self, TaskScope, TaskStatus};
@@ -214,16 +213,10 @@ impl NewTask {
             .unwrap_or_else(|| self.scope.window_end(now))
     }
 
-    /// Checks what [`TaskKey::new`] could not: the payload (no NUL byte in a string,
-    /// which PostgreSQL's `jsonb` refuses) and the scope (a period of at least a second).
-    /// Every enqueue runs it before any SQL; call it to refuse a task early, e.g. before
-    /// it joins a batch of other callers' tasks.
-    ///
-    /// # Errors
-    /// [`DedupError::InvalidArgument`] naming what is wrong.
-    pub fn validate(&self) -> Result<(), DedupError> {
+    /// Checks what [`TaskKey::new`] could not: the payload and the scope.
+    pub(crate) fn validate(&self) -> Result<(), InvalidArgument> {
         validate::json("payload", self.payload.as_ref())?;
-        Ok(self.scope.validate()?)
+        self.scope.validate()
     }
 
     /// The row this task is inserted as, created now, with its retry budget. The key

@@ -9,8 +9,7 @@
 //! - `latency`: a waiting worker, one job at a time: enqueue to start, p50 and p90.
 //!
 //! Each queue gets a pool of 20 connections and 4 workers (Loco's `num_workers`, our
-//! Worker's concurrency); Loco's poll interval is 1 s, its default. task-dedup-loco runs
-//! with group enqueue (4 slots, its default) and, as a fifth subject, without it.
+//! Worker's concurrency); Loco's poll interval is 1 s, its default.
 //!
 //! ```sh
 //! BENCH_PG_URL=postgres://postgres@127.0.0.1:5432/loco_bench \
@@ -192,9 +191,8 @@ async fn latency(subject: &Subject, count: u64, run: u64) -> (f64, f64) {
     (at(0.5), at(0.9))
 }
 
-/// task-dedup-loco on a pool of 20 connections, as Loco's queues are given below, with
-/// `group` enqueue slots (0: every `perform_later` written alone).
-async fn ours(url: &str, group: usize) -> Subject {
+/// task-dedup-loco on a pool of 20 connections, as Loco's queues are given below.
+async fn ours(url: &str) -> Subject {
     use migration::MigratorTrait;
     let mut options = sea_orm::ConnectOptions::new(url);
     options.max_connections(20).sqlx_logging(false);
@@ -202,7 +200,6 @@ async fn ours(url: &str, group: usize) -> Subject {
     migration::Migrator::fresh(&table_db).await.unwrap();
     let queue = TaskDedupQueue::builder(table_db.clone())
         .worker(|w| w.concurrency(4))
-        .group_enqueues(group)
         .build();
     let queue = Arc::new(Queue::from_provider(Arc::new(queue)));
     queue.register(NoopWorker).await.unwrap();
@@ -231,7 +228,6 @@ async fn main() {
         "Loco PgQueue",
         "task-dedup-loco (SQLite)",
         "Loco SqliteQueue",
-        "task-dedup-loco, no group enqueue (PostgreSQL)",
     ];
     // [subject][round] = (creates, repeats, rows grown, drain, p50, p90, failed calls)
     let mut results: Vec<Vec<[f64; 7]>> = vec![Vec::new(); names.len()];
@@ -242,9 +238,8 @@ async fn main() {
             let run = round * 10 + subject_no as u64;
             let make = || async {
                 let mut subject = match subject_no {
-                    0 => ours(&pg, 4).await,
-                    2 => ours(&sqlite("ours.sqlite"), 4).await,
-                    4 => ours(&pg, 0).await,
+                    0 => ours(&pg).await,
+                    2 => ours(&sqlite("ours.sqlite")).await,
                     1 => {
                         let config: PostgresQueueConfig = serde_json::from_value(serde_json::json!({
                             "uri": pg, "max_connections": 20, "num_workers": 4, "poll_interval_sec": 1,
@@ -331,11 +326,7 @@ async fn main() {
         );
     }
     // Ratios of the medians, task-dedup-loco over Loco's queue on the same database.
-    for (ours, loco, db) in [
-        (0, 1, "PostgreSQL"),
-        (2, 3, "SQLite"),
-        (4, 1, "PostgreSQL, no group enqueue"),
-    ] {
+    for (ours, loco, db) in [(0, 1, "PostgreSQL"), (2, 3, "SQLite")] {
         println!(
             "ratios on {db}, task-dedup-loco / Loco: creates {:.2}, repeats {:.2}, drain {:.2}, p50 latency {:.3}",
             median(ours, 0) / median(loco, 0),
