@@ -20,6 +20,7 @@ use task_dedup_migration::online::{
     self, Method, OnlineError, OnlineOptions, OnlineReport, ensure_schema_online, up_online,
 };
 use tokio::sync::Barrier;
+use tokio::task::JoinHandle;
 
 matrix!(
     online_steps_leave_the_schemas_of_the_migrations,
@@ -377,12 +378,7 @@ async fn unique_build_resolves_duplicates_written_while_it_waits(db: &TestDb) {
         .expect("late duplicate");
 
     let admin = admin(db).await;
-    let mut opts = options();
-    opts.lock_timeout = Duration::from_secs(30);
-    let run = {
-        let db = db.db.clone();
-        tokio::spawn(async move { up_online(&db, Some(1), &opts).await })
-    };
+    let run = second_step_online(db);
     let (statement, attempts) = match db.dialect {
         Dialect::Postgres => ("CREATE TRIGGER task_dedup_online_guard", 1),
         _ => ("ALTER TABLE task_run ADD UNIQUE INDEX", 2),
@@ -397,11 +393,7 @@ async fn unique_build_resolves_duplicates_written_while_it_waits(db: &TestDb) {
     txn.commit().await.expect("the late duplicate lands");
 
     let report = run.await.expect("run").expect("the build succeeds");
-    let build = report
-        .changes
-        .iter()
-        .find(|c| c.object == "task_active_resource_uidx")
-        .expect("the unique build");
+    let build = unique_build(&report);
     assert_eq!(build.attempts, attempts, "{build}");
     assert_eq!(build.resolved_duplicates, 2, "{build}");
     // The table is at the second step: not every column of the entity is there yet.
@@ -438,6 +430,24 @@ async fn unique_build_resolves_duplicates_written_while_it_waits(db: &TestDb) {
         .expect_err("guarded");
     assert!(is_unique_violation(&err));
     admin.close().await.expect("close");
+}
+
+/// The second step, online, in a task of its own, with a `lock_timeout` long enough to
+/// outwait a test's open writer.
+fn second_step_online(db: &TestDb) -> JoinHandle<Result<OnlineReport, OnlineError>> {
+    let db = db.db.clone();
+    let mut opts = options();
+    opts.lock_timeout = Duration::from_secs(30);
+    tokio::spawn(async move { up_online(&db, Some(1), &opts).await })
+}
+
+/// The unique index's build in a run's report.
+fn unique_build(report: &OnlineReport) -> &online::Change {
+    report
+        .changes
+        .iter()
+        .find(|c| c.object == "task_active_resource_uidx")
+        .expect("the unique build")
 }
 
 /// The first step, and on MySQL/MariaDB the generated column the unique index reads,
@@ -482,12 +492,7 @@ async fn duplicate_written_during_the_resolution(db: &TestDb) {
         .expect("lock the duplicate");
 
     let admin = admin(db).await;
-    let run = {
-        let db = db.db.clone();
-        let mut opts = options();
-        opts.lock_timeout = Duration::from_secs(30);
-        tokio::spawn(async move { up_online(&db, Some(1), &opts).await })
-    };
+    let run = second_step_online(db);
     let waiting = match db.dialect {
         Dialect::Postgres => waiting_build(db.dialect, "UPDATE task_run SET status"),
         // Seen at all, the UPDATE waits: the row it needs is locked. (Not joined with
@@ -502,11 +507,7 @@ async fn duplicate_written_during_the_resolution(db: &TestDb) {
     txn.commit().await.expect("release the row");
 
     let report = run.await.expect("run").expect("the build succeeds");
-    let build = report
-        .changes
-        .iter()
-        .find(|c| c.object == "task_active_resource_uidx")
-        .expect("the unique build");
+    let build = unique_build(&report);
     let (rows_left, statuses) = match db.dialect {
         Dialect::Postgres => {
             let err = late.expect_err("the guard refuses the duplicate");
@@ -708,10 +709,7 @@ async fn killed_guarded_build_leaves_a_guard_the_next_run_drops(db: &TestDb) {
     .expect("lock the duplicate");
 
     let admin = admin(db).await;
-    let run = {
-        let db = db.db.clone();
-        tokio::spawn(async move { up_online(&db, Some(1), &options()).await })
-    };
+    let run = second_step_online(db);
     let waiting = waiting_build(db.dialect, "UPDATE task_run SET status");
     common::wait_for_session(&admin, db, &waiting, "the resolution").await;
     // The run's own session, which installed the guard and would build the index.
