@@ -123,31 +123,35 @@ const KEY_PREFIX_INDEX: &str =
 /// built or the run gives up; a leftover from a killed run is dropped by [`repair`].
 const GUARD_FUNCTION: &str = r#"CREATE OR REPLACE FUNCTION task_dedup_online_guard()
 RETURNS trigger LANGUAGE plpgsql AS $guard$
+DECLARE
+    joins boolean;
 BEGIN
     IF TG_ARGV[0] = 'active' THEN
-        IF NEW.status IN ('queued', 'running') AND (TG_OP = 'INSERT'
+        joins := NEW.status IN ('queued', 'running') AND (TG_OP = 'INSERT'
             OR OLD.status NOT IN ('queued', 'running')
             OR (OLD.user_id, OLD.task_type, OLD.resource_key)
-               IS DISTINCT FROM (NEW.user_id, NEW.task_type, NEW.resource_key)) THEN
-            PERFORM pg_advisory_xact_lock(29796,
-                hashtext(NEW.user_id || '/' || NEW.task_type || '/' || NEW.resource_key));
-            IF EXISTS (SELECT 1 FROM task_run WHERE user_id = NEW.user_id
-                AND task_type = NEW.task_type AND resource_key = NEW.resource_key
-                AND status IN ('queued', 'running') AND id <> NEW.id) THEN
-                RAISE EXCEPTION 'duplicate key value violates unique constraint "task_active_resource_uidx"'
-                    USING ERRCODE = 'unique_violation', TABLE = 'task_run',
-                    CONSTRAINT = 'task_active_resource_uidx';
-            END IF;
-        END IF;
-    ELSIF NEW.status = 'running' AND NOT NEW.concurrent
-        AND (TG_OP = 'INSERT' OR OLD.status <> 'running' OR OLD.concurrent) THEN
-        PERFORM pg_advisory_xact_lock(29796,
-            hashtext(NEW.user_id || '/' || NEW.task_type || '/' || NEW.resource_key));
+               IS DISTINCT FROM (NEW.user_id, NEW.task_type, NEW.resource_key));
+    ELSE
+        joins := NEW.status = 'running' AND NOT NEW.concurrent
+            AND (TG_OP = 'INSERT' OR OLD.status <> 'running' OR OLD.concurrent);
+    END IF;
+    IF NOT joins THEN
+        RETURN NEW;
+    END IF;
+    PERFORM pg_advisory_xact_lock(29796,
+        hashtext(NEW.user_id || '/' || NEW.task_type || '/' || NEW.resource_key));
+    IF TG_ARGV[0] = 'active' THEN
         IF EXISTS (SELECT 1 FROM task_run WHERE user_id = NEW.user_id
             AND task_type = NEW.task_type AND resource_key = NEW.resource_key
-            AND status = 'running' AND NOT concurrent AND id <> NEW.id) THEN
-            NEW.concurrent := true;
+            AND status IN ('queued', 'running') AND id <> NEW.id) THEN
+            RAISE EXCEPTION 'duplicate key value violates unique constraint "task_active_resource_uidx"'
+                USING ERRCODE = 'unique_violation', TABLE = 'task_run',
+                CONSTRAINT = 'task_active_resource_uidx';
         END IF;
+    ELSIF EXISTS (SELECT 1 FROM task_run WHERE user_id = NEW.user_id
+        AND task_type = NEW.task_type AND resource_key = NEW.resource_key
+        AND status = 'running' AND NOT concurrent AND id <> NEW.id) THEN
+        NEW.concurrent := true;
     END IF;
     RETURN NEW;
 END
@@ -418,10 +422,8 @@ impl Session {
             Dedup::Active => Some(GUARD_ACTIVE),
             Dedup::Running => Some(GUARD_RUNNING),
         };
+        // Every run starts with `repair`, which drops a killed run's guard.
         if let Some(trigger) = guard {
-            if self.guarded().await? {
-                self.brief(run, name, UNGUARD).await?;
-            }
             self.brief(run, name, GUARD_FUNCTION).await?;
             self.brief(run, name, trigger).await?;
         }
