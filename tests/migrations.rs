@@ -557,6 +557,7 @@ async fn migrations_splice_into_an_application_migrator(db: &TestDb) {
             "m20261203_000008_task_dedup_key_prefix",
             "m20261203_000009_task_dedup_pooler_function",
             "m20261204_000010_task_dedup_snoozes",
+            "m20261205_000011_task_dedup_limits",
             "m20270101_000001_create_widget",
         ]
     );
@@ -606,6 +607,7 @@ async fn standalone_and_application_migrators_keep_their_own_ledgers(db: &TestDb
             "m20261203_000008_task_dedup_key_prefix",
             "m20261203_000009_task_dedup_pooler_function",
             "m20261204_000010_task_dedup_snoozes",
+            "m20261205_000011_task_dedup_limits",
         ]
     );
 

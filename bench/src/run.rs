@@ -204,6 +204,7 @@ pub async fn prepare_schema(args: &Args) -> Result<(), String> {
     for table in [
         "task_run",
         "task_dedup_paused",
+        "task_dedup_limits",
         task_dedup_migration::MIGRATION_TABLE,
     ] {
         // CASCADE on PostgreSQL: the pooler mode's function returns task_run's rows.

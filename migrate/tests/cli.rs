@@ -170,7 +170,12 @@ async fn tables(url: &str, schema: &str) -> Vec<String> {
     names
 }
 
-const MIGRATED: [&str; 3] = ["task_dedup_migrations", "task_dedup_paused", "task_run"];
+const MIGRATED: [&str; 4] = [
+    "task_dedup_limits",
+    "task_dedup_migrations",
+    "task_dedup_paused",
+    "task_run",
+];
 
 #[tokio::test]
 async fn url_comes_from_flag_then_environment_then_dotenv() {

@@ -39,6 +39,7 @@
 //! | `m20261203_000008_task_dedup_key_prefix` | `task_run_key_prefix_idx`: the keys in byte order, for lists by key prefix |
 //! | `m20261203_000009_task_dedup_pooler_function` | PostgreSQL: the function `task_dedup_insert_or_find_v1`, which `PoolerMode::NoPreparedStatements` calls (plans kept per server session); nothing elsewhere |
 //! | `m20261204_000010_task_dedup_snoozes` | `snoozes`, how many times a handler snoozed the task (bounds a handler that snoozes for ever) |
+//! | `m20261205_000011_task_dedup_limits` | the table `task_dedup_limits` (flow control per task type: running tasks anywhere, per user, starts per window) |
 //!
 //! [`online`] builds the same schema without stopping a live table's writes:
 //! `CREATE INDEX CONCURRENTLY` on PostgreSQL, InnoDB online DDL on MySQL/MariaDB
@@ -83,6 +84,7 @@ mod m20261202_000007_task_dedup_admin;
 mod m20261203_000008_task_dedup_key_prefix;
 mod m20261203_000009_task_dedup_pooler_function;
 mod m20261204_000010_task_dedup_snoozes;
+mod m20261205_000011_task_dedup_limits;
 pub mod online;
 mod sql;
 
@@ -105,6 +107,7 @@ pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
         Box::new(m20261203_000008_task_dedup_key_prefix::Migration),
         Box::new(m20261203_000009_task_dedup_pooler_function::Migration),
         Box::new(m20261204_000010_task_dedup_snoozes::Migration),
+        Box::new(m20261205_000011_task_dedup_limits::Migration),
     ]
 }
 

@@ -10,36 +10,44 @@ use super::{Dialect, TestDb};
 ///
 /// SQLite: the DDL text `sqlite_master` keeps. PostgreSQL: each column's type, length,
 /// precision, nullability and default, every index definition and every constraint.
-/// MySQL/MariaDB: `SHOW CREATE TABLE`. Then `task_dedup_paused` (step 6 on), the same way.
+/// MySQL/MariaDB: `SHOW CREATE TABLE`. Then `task_dedup_paused` (step 6 on) and
+/// `task_dedup_limits` (step 11 on), the same way.
 pub async fn describe(db: &DatabaseConnection, dialect: Dialect) -> String {
     let mut described = describe_task_run(db, dialect).await;
-    let has_paused = SchemaManager::new(db)
-        .has_table("task_dedup_paused")
-        .await
-        .expect("has_table");
-    if has_paused {
+    // (table, the prefix of its lines): the paused types (step 6 on), the limits (11 on).
+    for (table, prefix) in [
+        ("task_dedup_paused", "paused"),
+        ("task_dedup_limits", "limits"),
+    ] {
+        let exists = SchemaManager::new(db)
+            .has_table(table)
+            .await
+            .expect("has_table");
+        if !exists {
+            continue;
+        }
         let sql = match dialect {
-            Dialect::Sqlite => {
+            Dialect::Sqlite => format!(
                 "SELECT type || ' ' || name || ': ' || COALESCE(sql, '') AS line \
-                 FROM sqlite_master WHERE tbl_name = 'task_dedup_paused' ORDER BY type, name"
-            }
-            Dialect::Postgres => {
-                "SELECT 'paused column ' || lpad(ordinal_position::text, 2, '0') || ' ' \
+                 FROM sqlite_master WHERE tbl_name = '{table}' ORDER BY type, name"
+            ),
+            Dialect::Postgres => format!(
+                "SELECT '{prefix} column ' || lpad(ordinal_position::text, 2, '0') || ' ' \
                         || column_name || ' ' || udt_name \
                         || COALESCE('(' || character_maximum_length || ')', '') \
                         || COALESCE(' precision ' || datetime_precision, '') \
                         || CASE is_nullable WHEN 'YES' THEN ' null' ELSE ' not null' END \
                         || COALESCE(' default ' || column_default, '') AS line \
                  FROM information_schema.columns \
-                 WHERE table_schema = current_schema() AND table_name = 'task_dedup_paused' \
-                 UNION ALL SELECT 'paused index ' || indexdef FROM pg_indexes \
-                 WHERE schemaname = current_schema() AND tablename = 'task_dedup_paused' \
+                 WHERE table_schema = current_schema() AND table_name = '{table}' \
+                 UNION ALL SELECT '{prefix} index ' || indexdef FROM pg_indexes \
+                 WHERE schemaname = current_schema() AND tablename = '{table}' \
                  ORDER BY 1"
-            }
-            Dialect::MySql => "SHOW CREATE TABLE task_dedup_paused",
+            ),
+            Dialect::MySql => format!("SHOW CREATE TABLE {table}"),
         };
         described.push('\n');
-        described.push_str(&lines(db, dialect, sql).await);
+        described.push_str(&lines(db, dialect, &sql).await);
     }
     described
 }

@@ -10,6 +10,7 @@ mod cursor;
 mod filter;
 mod stats;
 
+use crate::maintenance::limits::{LimitedType, TypeLimits};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -205,6 +206,43 @@ pub trait TaskAdmin: crate::values::connection::sealed::Sealed {
         filter: &TaskFilter,
         limit: usize,
     ) -> Result<BulkOutcome, DedupError>;
+
+    /// Sets `task_type`'s limits, replacing any it had: how many of its tasks run at
+    /// once anywhere, how many per user, how many start per window
+    /// ([`TypeLimits`](crate::TypeLimits)). Stored in the database (`task_dedup_limits`),
+    /// so every worker of every process enforces them from its next claim on; their
+    /// claims of the type run one at a time, each counting its running tasks afresh.
+    /// Lowering a limit interrupts nothing: tasks running go on, and no more start until
+    /// they are under it. Wakes the workers that wait for notifications.
+    ///
+    /// ```
+    /// # use task_dedup::{DedupError, TaskAdmin, TypeLimits};
+    /// # async fn run(db: &sea_orm::DatabaseConnection) -> Result<(), DedupError> {
+    /// // At most 2 exports running anywhere, at most 1 of them per user.
+    /// db.set_limits("export", &TypeLimits::new().max_running(2).max_running_per_user(1))
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`DedupError::InvalidArgument`] for an empty or over-long `task_type`, or limits
+    /// [`TypeLimits::validate`](crate::TypeLimits::validate) refuses, before any SQL;
+    /// [`DedupError::Database`].
+    async fn set_limits(&self, task_type: &str, limits: &TypeLimits) -> Result<(), DedupError>;
+
+    /// Removes every limit of `task_type`; whether it had any. Its tasks are claimed as
+    /// any others' again.
+    ///
+    /// # Errors
+    /// As [`set_limits`](Self::set_limits) for `task_type`.
+    async fn clear_limits(&self, task_type: &str) -> Result<bool, DedupError>;
+
+    /// Every limited task type, by name, with its limits, its tasks running now and its
+    /// starts in the rate's current window.
+    ///
+    /// # Errors
+    /// [`DedupError::Database`].
+    async fn limits(&self) -> Result<Vec<LimitedType>, DedupError>;
 }
 
 /// Runs `$body` (with `$exec` an executor on `$db`) through the retry driver until it
@@ -423,6 +461,21 @@ impl<C: DedupConnection> TaskAdmin for C {
         let ids: Vec<Uuid> = selected.iter().map(|task| task.id).collect();
         let applied = retried!(self, "delete", |exec| Ok(exec.delete_many(&ids).await?))?;
         Ok(bulk_outcome(ids.len(), applied))
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(task_type = %task_type))]
+    async fn set_limits(&self, task_type: &str, limits: &TypeLimits) -> Result<(), DedupError> {
+        crate::maintenance::limits::set(self, task_type, limits).await
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(task_type = %task_type))]
+    async fn clear_limits(&self, task_type: &str) -> Result<bool, DedupError> {
+        crate::maintenance::limits::clear(self, task_type).await
+    }
+
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn limits(&self) -> Result<Vec<LimitedType>, DedupError> {
+        crate::maintenance::limits::list(self).await
     }
 }
 

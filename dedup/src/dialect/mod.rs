@@ -52,6 +52,7 @@ macro_rules! row_placeholders {
 }
 
 pub(crate) mod admin;
+pub(crate) mod limits;
 #[cfg(feature = "mysql")]
 pub(crate) mod mysql;
 #[cfg(feature = "postgres")]
@@ -312,6 +313,17 @@ impl Dialect {
             Dialect::Sqlite => &sqlite::ADMIN,
             #[cfg(feature = "mysql")]
             Dialect::MySql => &mysql::ADMIN,
+        }
+    }
+
+    pub(crate) fn limits(self) -> &'static limits::Limits {
+        match self {
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => &postgres::LIMITS,
+            #[cfg(feature = "sqlite")]
+            Dialect::Sqlite => &sqlite::LIMITS,
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => &mysql::LIMITS,
         }
     }
 
@@ -717,6 +729,25 @@ mod tests {
     fn mysql_admin_statements_are_pinned() {
         let dialect = Dialect::MySql;
         insta::assert_snapshot!(admin::tests::render(dialect, dialect.admin()));
+    }
+
+    // The limited claim's and the limits' statements.
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn postgres_limit_statements_are_pinned() {
+        insta::assert_snapshot!(limits::tests::render(Dialect::Postgres.limits()));
+    }
+
+    #[cfg(feature = "sqlite")]
+    #[test]
+    fn sqlite_limit_statements_are_pinned() {
+        insta::assert_snapshot!(limits::tests::render(Dialect::Sqlite.limits()));
+    }
+
+    #[cfg(feature = "mysql")]
+    #[test]
+    fn mysql_limit_statements_are_pinned() {
+        insta::assert_snapshot!(limits::tests::render(Dialect::MySql.limits()));
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::borrow::Cow;
 use sea_orm::sqlx::mysql::MySqlDatabaseError;
 use task_dedup_entity::task_run::{ACTIVE_RESOURCE_UIDX, RUNNING_RESOURCE_UIDX};
 
+use super::limits::Limits;
 use super::{Admin, Bulk, Endings, Guarded, Kind, Statements, repeat, squeeze};
 
 pub(crate) const STATEMENTS: Statements = Statements {
@@ -149,8 +150,20 @@ macro_rules! claim_select {
 /// claim's transaction then takes nothing.
 macro_rules! optimistic_select {
     () => {
-        "SELECT id, user_id, task_type, resource_key, concurrent FROM task_run t \
-         WHERE status = 'queued' AND run_at <= UTC_TIMESTAMP(6) \
+        concat!(
+            "SELECT id, user_id, task_type, resource_key, concurrent FROM task_run t ",
+            due_of_any_limit!(),
+            "AND task_type NOT IN (SELECT task_type FROM task_dedup_limits) "
+        )
+    };
+}
+
+/// The due tasks, those of limited types included (a limited type's claim selects from
+/// these, [`LIMITS`]; every other claim passes over limited types, whose tasks start
+/// only under their limits' lock).
+macro_rules! due_of_any_limit {
+    () => {
+        "WHERE status = 'queued' AND run_at <= UTC_TIMESTAMP(6) \
          AND task_type NOT IN (SELECT task_type FROM task_dedup_paused) "
     };
 }
@@ -441,6 +454,59 @@ fn names_index(message: &str, index: &str) -> bool {
 /// The admin API's statements (`crate::admin`; lists are built in `dialect::admin`).
 /// Minutes are counted from the epoch with `TIMESTAMPDIFF`, not `UNIX_TIMESTAMP`, which
 /// would read the UTC `datetime(6)` values in the session's time zone.
+/// The database's clock in microseconds since the Unix epoch (`UNIX_TIMESTAMP` of
+/// `NOW(6)` reads it in the session's zone, whatever that is).
+macro_rules! now_micros {
+    () => {
+        "CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)"
+    };
+}
+
+pub(crate) const LIMITS: Limits = Limits {
+    types: "SELECT task_type FROM task_dedup_limits",
+    lock: concat!(
+        "SELECT max_running, max_running_per_user, rate_starts, rate_window_micros, \
+         window_start_micros, window_starts, ",
+        now_micros!(),
+        " AS now_micros FROM task_dedup_limits WHERE task_type = ? FOR UPDATE"
+    ),
+    running: "SELECT user_id, count(*) AS running FROM task_run \
+              WHERE task_type = ? AND status = 'running' GROUP BY user_id LOCK IN SHARE MODE",
+    candidates: |excluded| {
+        let mut sql = String::from(concat!(
+            "SELECT id, user_id, resource_key, concurrent FROM task_run t ",
+            due_of_any_limit!(),
+            "AND task_type = ? AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
+             WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
+             AND r.resource_key = t.resource_key AND r.running_slot = 1)) "
+        ));
+        if excluded > 0 {
+            sql.push_str(&format!("AND user_id NOT IN ({}) ", repeat("?", excluded)));
+        }
+        sql.push_str(claim_order!());
+        Cow::Owned(sql)
+    },
+    claim_ids: claim_update,
+    window: "UPDATE task_dedup_limits SET window_start_micros = ?, window_starts = ? \
+             WHERE task_type = ?",
+    set: "INSERT INTO task_dedup_limits (task_type, max_running, max_running_per_user, \
+          rate_starts, rate_window_micros, updated_at) \
+          VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(6)) \
+          ON DUPLICATE KEY UPDATE max_running = VALUES(max_running), \
+          max_running_per_user = VALUES(max_running_per_user), \
+          rate_starts = VALUES(rate_starts), rate_window_micros = VALUES(rate_window_micros), \
+          updated_at = VALUES(updated_at)",
+    clear: "DELETE FROM task_dedup_limits WHERE task_type = ?",
+    list: concat!(
+        "SELECT task_type, max_running, max_running_per_user, rate_starts, rate_window_micros, \
+         window_start_micros, window_starts, updated_at, \
+         (SELECT count(*) FROM task_run r WHERE r.task_type = l.task_type \
+         AND r.status = 'running') AS running, ",
+        now_micros!(),
+        " AS now_micros FROM task_dedup_limits l ORDER BY task_type"
+    ),
+};
+
 pub(crate) const ADMIN: Admin = Admin {
     now: "SELECT UTC_TIMESTAMP(6) AS now",
     // No RETURNING: the row is read by id in the same transaction.

@@ -9,6 +9,7 @@ use sea_orm::sqlx::postgres::PgDatabaseError;
 use task_dedup_entity::task_run::{ACTIVE_RESOURCE_UIDX, RUNNING_RESOURCE_UIDX};
 use task_dedup_entity::{occupies_key_sql, runs_serially_sql};
 
+use super::limits::Limits;
 use super::{Admin, Bulk, Endings, Guarded, Kind, Returning, Statements};
 
 /// running → succeeded, up to `RETURNING`.
@@ -74,6 +75,20 @@ macro_rules! claim_start {
 /// sort instead of the claim index in order, and a drain of 10,000 tasks ran at a sixth
 /// of its speed once the table had statistics. A fenced probe is estimated at one half.
 macro_rules! due {
+    () => {
+        concat!(
+            due_of_any_limit!(),
+            "AND NOT EXISTS (SELECT 1 FROM task_dedup_limits l \
+             WHERE l.task_type = t.task_type OFFSET 0) "
+        )
+    };
+}
+
+/// [`due!`] without its last condition: the tasks of a limited type are due too. A
+/// limited type's claim selects from these ([`LIMITS`]); every other claim passes over
+/// limited types (their tasks start only under their limits' lock), with the same
+/// fenced probe as for paused types.
+macro_rules! due_of_any_limit {
     () => {
         "FROM task_run t \
          WHERE status = 'queued' AND run_at <= statement_timestamp() \
@@ -542,6 +557,66 @@ pub(super) fn kind(e: &PgDatabaseError) -> Kind {
 }
 
 /// The admin API's statements (`crate::admin`; lists are built in `dialect::admin`).
+/// The database's clock in microseconds since the Unix epoch.
+macro_rules! now_micros {
+    () => {
+        "(extract(epoch FROM statement_timestamp()) * 1000000)::int8"
+    };
+}
+
+pub(crate) const LIMITS: Limits = Limits {
+    types: "SELECT task_type FROM task_dedup_limits",
+    lock: concat!(
+        "SELECT max_running, max_running_per_user, rate_starts, rate_window_micros, \
+         window_start_micros, window_starts, ",
+        now_micros!(),
+        " AS now_micros FROM task_dedup_limits WHERE task_type = $1 FOR UPDATE"
+    ),
+    // `task_run_type_status_created_idx` leads with the type and the status.
+    running: "SELECT user_id, count(*) AS running FROM task_run \
+              WHERE task_type = $1 AND status = 'running' GROUP BY user_id",
+    candidates: |_| {
+        Cow::Borrowed(concat!(
+            "SELECT id, user_id, resource_key, concurrent ",
+            due_of_any_limit!(),
+            "AND task_type = $1 AND NOT (user_id = ANY($2)) \
+             AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
+             WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
+             AND r.resource_key = t.resource_key AND ",
+            runs_serially_sql!(),
+            " OFFSET 0)) \
+             ORDER BY priority DESC, run_at, created_at, id LIMIT $3 FOR UPDATE SKIP LOCKED"
+        ))
+    },
+    claim_ids: |_| {
+        Cow::Borrowed(concat!(
+            "UPDATE task_run SET status = 'running', attempts = attempts + 1, \
+             lease_owner = $1, lease_expires_at = statement_timestamp() + $2 * interval '1 microsecond', \
+             started_at = statement_timestamp(), updated_at = statement_timestamp() \
+             WHERE id = ANY($3) RETURNING ",
+            columns!()
+        ))
+    },
+    window: "UPDATE task_dedup_limits SET window_start_micros = $1, window_starts = $2 \
+             WHERE task_type = $3",
+    set: "INSERT INTO task_dedup_limits (task_type, max_running, max_running_per_user, \
+          rate_starts, rate_window_micros, updated_at) \
+          VALUES ($1, $2, $3, $4, $5, statement_timestamp()) \
+          ON CONFLICT (task_type) DO UPDATE SET max_running = EXCLUDED.max_running, \
+          max_running_per_user = EXCLUDED.max_running_per_user, \
+          rate_starts = EXCLUDED.rate_starts, rate_window_micros = EXCLUDED.rate_window_micros, \
+          updated_at = EXCLUDED.updated_at",
+    clear: "DELETE FROM task_dedup_limits WHERE task_type = $1",
+    list: concat!(
+        "SELECT task_type, max_running, max_running_per_user, rate_starts, rate_window_micros, \
+         window_start_micros, window_starts, updated_at, \
+         (SELECT count(*) FROM task_run r WHERE r.task_type = l.task_type \
+         AND r.status = 'running') AS running, ",
+        now_micros!(),
+        " AS now_micros FROM task_dedup_limits l ORDER BY task_type"
+    ),
+};
+
 pub(crate) const ADMIN: Admin = Admin {
     now: "SELECT statement_timestamp() AS now",
     retry: concat!(

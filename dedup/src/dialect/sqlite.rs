@@ -12,6 +12,7 @@ use sea_orm::sqlx::error::DatabaseError;
 use sea_orm::sqlx::sqlite::SqliteError;
 use task_dedup_entity::{occupies_key_sql, runs_serially_sql};
 
+use super::limits::Limits;
 use super::{Admin, Bulk, Endings, Guarded, Kind, Returning, Statements, repeat, squeeze};
 
 /// running → succeeded, up to `RETURNING`.
@@ -46,6 +47,18 @@ macro_rules! claim_start {
 /// `status` and `priority` with `run_at` as a range instead, and sorted every due task
 /// for each claim. The bundled SQLite (3.50) reads the index in order either way.
 macro_rules! due {
+    () => {
+        concat!(
+            due_of_any_limit!(),
+            "AND task_type NOT IN (SELECT task_type FROM task_dedup_limits) "
+        )
+    };
+}
+
+/// [`due!`] without its last condition: the tasks of a limited type are due too. A
+/// limited type's claim selects from these ([`LIMITS`]); every other claim passes over
+/// limited types (their tasks start only under their limits' lock).
+macro_rules! due_of_any_limit {
     () => {
         "task_run t \
          WHERE status = 'queued' \
@@ -412,6 +425,73 @@ pub(crate) fn seconds_modifier(micros: i64) -> String {
     let abs = micros.unsigned_abs();
     format!("{sign}{}.{:06} seconds", abs / 1_000_000, abs % 1_000_000)
 }
+
+/// The database's clock in microseconds since the Unix epoch, to the millisecond (as
+/// every time SQLite writes here; `unixepoch('subsec')` needs SQLite 3.42).
+macro_rules! now_micros {
+    () => {
+        "(CAST(strftime('%s', 'now') AS INTEGER) * 1000000 \
+         + CAST(substr(strftime('%f', 'now'), 4) AS INTEGER) * 1000)"
+    };
+}
+
+/// The limited claim runs in an IMMEDIATE transaction: its write lock is the type's
+/// lock, so `lock` and the candidates need no locking clause.
+pub(crate) const LIMITS: Limits = Limits {
+    types: "SELECT task_type FROM task_dedup_limits",
+    lock: concat!(
+        "SELECT max_running, max_running_per_user, rate_starts, rate_window_micros, \
+         window_start_micros, window_starts, ",
+        now_micros!(),
+        " AS now_micros FROM task_dedup_limits WHERE task_type = ?"
+    ),
+    running: "SELECT user_id, count(*) AS running FROM task_run \
+              WHERE task_type = ? AND status = 'running' GROUP BY user_id",
+    candidates: |_| {
+        Cow::Borrowed(concat!(
+            "SELECT id, user_id, resource_key, concurrent FROM ",
+            due_of_any_limit!(),
+            "AND task_type = ? AND user_id NOT IN (SELECT value FROM json_each(?)) \
+             AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
+             WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
+             AND r.resource_key = t.resource_key AND ",
+            runs_serially_sql!(),
+            ")) ORDER BY priority DESC, run_at, created_at, id LIMIT ?"
+        ))
+    },
+    claim_ids: |ids| {
+        Cow::Owned(format!(
+            concat!(
+                "UPDATE task_run SET status = 'running', attempts = attempts + 1, \
+                 lease_owner = ?, \
+                 lease_expires_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?), \
+                 started_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
+                 updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
+                 WHERE id IN ({}) RETURNING ",
+                columns!()
+            ),
+            repeat("?", ids)
+        ))
+    },
+    window: "UPDATE task_dedup_limits SET window_start_micros = ?, window_starts = ? \
+             WHERE task_type = ?",
+    set: "INSERT INTO task_dedup_limits (task_type, max_running, max_running_per_user, \
+          rate_starts, rate_window_micros, updated_at) \
+          VALUES (?, ?, ?, ?, ?, strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now')) \
+          ON CONFLICT (task_type) DO UPDATE SET max_running = excluded.max_running, \
+          max_running_per_user = excluded.max_running_per_user, \
+          rate_starts = excluded.rate_starts, rate_window_micros = excluded.rate_window_micros, \
+          updated_at = excluded.updated_at",
+    clear: "DELETE FROM task_dedup_limits WHERE task_type = ?",
+    list: concat!(
+        "SELECT task_type, max_running, max_running_per_user, rate_starts, rate_window_micros, \
+         window_start_micros, window_starts, updated_at, \
+         (SELECT count(*) FROM task_run r WHERE r.task_type = l.task_type \
+         AND r.status = 'running') AS running, ",
+        now_micros!(),
+        " AS now_micros FROM task_dedup_limits l ORDER BY task_type"
+    ),
+};
 
 /// The admin API's statements (`crate::admin`; lists are built in `dialect::admin`).
 /// Minutes come from `strftime('%s', ...)`, which reads the stored RFC 3339 text.

@@ -27,6 +27,8 @@ pub(crate) enum Arg<'a> {
     Json(Option<&'a serde_json::Value>),
     I16(i16),
     I64(i64),
+    /// A nullable integer (a limit that is not set).
+    OptI64(Option<i64>),
     Bool(bool),
     Time(Time),
     /// A PostgreSQL array: one column of a batch.
@@ -259,6 +261,7 @@ impl From<Arg<'_>> for Value {
             Arg::Json(v) => v.cloned().into(),
             Arg::I16(v) => v.into(),
             Arg::I64(v) => v.into(),
+            Arg::OptI64(v) => v.into(),
             Arg::Bool(v) => v.into(),
             Arg::Time(v) => v.into(),
             #[cfg(feature = "postgres")]
@@ -327,6 +330,7 @@ macro_rules! bind_scalar {
             Arg::Json(v) => $query.bind(v),
             Arg::I16(v) => $query.bind(v),
             Arg::I64(v) => $query.bind(v),
+            Arg::OptI64(v) => $query.bind(v),
             Arg::Bool(v) => $query.bind(v),
             Arg::Time(v) => $query.bind(v),
             #[allow(unreachable_patterns)]

@@ -73,6 +73,8 @@ fn literal(out: &mut String, arg: &Arg<'_>) -> Result<(), DbErr> {
         Arg::Json(v) => json(out, *v)?,
         Arg::I16(v) => typed(out, v, "int2"),
         Arg::I64(v) => typed(out, v, "int8"),
+        Arg::OptI64(Some(v)) => typed(out, v, "int8"),
+        Arg::OptI64(None) => out.push_str("NULL::int8"),
         Arg::Bool(v) => out.push_str(if *v { "TRUE" } else { "FALSE" }),
         Arg::Time(v) => typed(out, &time(v), "timestamptz"),
         Arg::Array(array) => {

@@ -10,6 +10,7 @@
 mod admin;
 pub(crate) mod args;
 mod conn;
+pub(crate) mod limits;
 #[cfg(feature = "postgres")]
 mod literal;
 #[cfg(feature = "mysql")]

@@ -1,10 +1,12 @@
 //! [`claim_many`](super::TaskWorker::claim_many): take due tasks under a lease, run again
 //! when it lost a key's one run to another claim; which of the dialect's two claims runs
-//! is [`claim_mode`]'s choice.
+//! is [`claim_mode`]'s choice. Limited types are claimed apart, each under its limits
+//! ([`limited`]).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use super::claim_mode;
+use super::{claim_mode, limited};
 use crate::connect::retry::Retrying;
 use crate::dialect::Claim;
 use crate::executor::Executor;
@@ -13,7 +15,13 @@ use crate::values::error::DedupError;
 use crate::values::validate;
 use task_dedup_entity::task_run;
 
-const MAX_CLAIM_RACES: u32 = 5;
+/// How many times a claim is run again after losing the race for a key's run to another
+/// claim, before it returns empty-handed. Each loss means another claim won.
+pub(super) const MAX_CLAIM_RACES: u32 = 5;
+
+/// Which of a claim's parts goes first: the claim of the types without limits, or one
+/// limited type's. Taken in turn, so that none of them always fills the batch first.
+static TURN: AtomicUsize = AtomicUsize::new(0);
 
 /// Claims up to `max` due tasks of `task_types` for `worker_id` (the trait method).
 pub(super) async fn claim_many<C: DedupConnection>(
@@ -28,11 +36,63 @@ pub(super) async fn claim_many<C: DedupConnection>(
     let lease_micros = validate::lease_micros(lease)?;
     let max = validate::claim_max(max)?;
     let mut exec = Executor::on(db)?;
+    let limited = crate::maintenance::limits::limited_types(&mut exec).await?;
+    let wanted: Vec<&str> = limited
+        .iter()
+        .map(String::as_str)
+        .filter(|t| task_types.is_empty() || task_types.contains(t))
+        .collect();
+    let claimed = if wanted.is_empty() {
+        unlimited(db, &mut exec, worker_id, task_types, lease_micros, max).await?
+    } else {
+        // `None`: the types without limits (the main claim passes over limited ones).
+        let mut parts: Vec<Option<&str>> = Vec::with_capacity(wanted.len() + 1);
+        if task_types.len() != wanted.len() {
+            parts.push(None);
+        }
+        parts.extend(wanted.iter().copied().map(Some));
+        let first = TURN.fetch_add(1, Ordering::Relaxed) % parts.len();
+        let mut claimed = Vec::new();
+        for part in parts.iter().cycle().skip(first).take(parts.len()) {
+            let room = max - claimed.len() as i64;
+            if room <= 0 {
+                break;
+            }
+            claimed.extend(match part {
+                None => unlimited(db, &mut exec, worker_id, task_types, lease_micros, room).await?,
+                Some(task_type) => {
+                    limited::claim(db, &mut exec, worker_id, task_type, lease_micros, room).await?
+                }
+            });
+        }
+        claimed.sort_by_key(|t| (std::cmp::Reverse(t.priority), t.run_at, t.created_at, t.id));
+        claimed
+    };
+    for task in &claimed {
+        tracing::debug!(task_id = %task.id, worker_id, attempts = task.attempts, "task claimed");
+        let waited = task
+            .started_at
+            .and_then(|started| (started - task.run_at).to_std().ok());
+        crate::metrics::claimed(waited.unwrap_or_default());
+    }
+    Ok(claimed)
+}
+
+/// The claim of the types without limits: up to `max` due tasks of `task_types` (any
+/// when empty) that no limit covers.
+async fn unlimited<C: DedupConnection>(
+    db: &C,
+    exec: &mut Executor<'_>,
+    worker_id: &str,
+    task_types: &[&str],
+    lease_micros: i64,
+    max: i64,
+) -> Result<Vec<task_run::Model>, DedupError> {
     // A claim lost with its connection is not run again (it may have taken effect:
     // its tasks come back through the reaper); an aborted one took nothing.
     let mut retrying = Retrying::new(db, Some(Duration::ZERO), "claim");
     let mut races = 0;
-    let mut how = claim_mode::choose(&mut exec).await;
+    let mut how = claim_mode::choose(exec).await;
     let claimed = loop {
         // `None`: the claim lost the race for a key's one run to another claim
         // (`task_running_resource_uidx`), or an optimistic one picked a task whose
@@ -54,7 +114,7 @@ pub(super) async fn claim_many<C: DedupConnection>(
             Some(Ok(Some(claimed))) => break claimed,
             // Follow-ups wait behind running keys: probe, now and for a while.
             Some(Ok(None)) if how == Claim::Optimistic => {
-                claim_mode::met_running_key(&exec);
+                claim_mode::met_running_key(exec);
                 how = Claim::Probing;
             }
             // Run again: it now sees the winner's task running and passes over its
@@ -74,12 +134,5 @@ pub(super) async fn claim_many<C: DedupConnection>(
             None => {}
         }
     };
-    for task in &claimed {
-        tracing::debug!(task_id = %task.id, worker_id, attempts = task.attempts, "task claimed");
-        let waited = task
-            .started_at
-            .and_then(|started| (started - task.run_at).to_std().ok());
-        crate::metrics::claimed(waited.unwrap_or_default());
-    }
     Ok(claimed)
 }

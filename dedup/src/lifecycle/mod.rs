@@ -7,7 +7,7 @@
 //! connection is safe.
 //!
 //! The trait and its delegations are here; each concern in a file of its own: the claim
-//! ([`claim`], and which statement it runs, [`claim_mode`]), the transitions of one task
+//! ([`claim`], and which statement it runs, [`claim_mode`]; a limited type's, [`limited`]), the transitions of one task
 //! ([`transition`]), the reaper ([`reap`]), a worker's batch of endings ([`endings`]).
 //! Pause and retention are maintenance's ([`crate::maintenance`]): the trait only offers
 //! them on the same handles.
@@ -15,6 +15,7 @@
 mod claim;
 mod claim_mode;
 pub(crate) mod endings;
+mod limited;
 mod reap;
 mod transition;
 
@@ -256,8 +257,6 @@ pub trait TaskWorker: crate::values::connection::sealed::Sealed {
     async fn paused(&self) -> Result<Vec<PausedType>, DedupError>;
 }
 
-/// How many times a claim is run again after losing the race for a key's run to another
-/// claim, before it returns empty-handed. Each loss means another claim won.
 #[async_trait]
 impl<C: DedupConnection> TaskWorker for C {
     #[tracing::instrument(level = "debug", skip_all, fields(worker_id = %worker_id, ?task_types))]

@@ -3,6 +3,7 @@
 //! periodic tasks (a pure function of the schedule, so every process computes the same
 //! ticks).
 
+pub(crate) mod limits;
 pub(crate) mod pause;
 pub(crate) mod retention;
 #[cfg(feature = "worker")]

@@ -250,6 +250,8 @@ pub(super) async fn prepare(run: &Run<'_>, name: &str) -> Result<(), OnlineError
         }
         // A function (PostgreSQL) or nothing: no lock a writer waits behind.
         "m20261203_000009_task_dedup_pooler_function" => {}
+        // A new table: nothing of task_run's changes.
+        "m20261205_000011_task_dedup_limits" => {}
         "m20261204_000010_task_dedup_snoozes" => {
             conn.column(run, name, "snoozes", SNOOZES).await?;
         }

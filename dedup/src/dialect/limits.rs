@@ -1,0 +1,73 @@
+//! The statements of limits per task type (`task_dedup_limits`, migration 11): the
+//! claim of a limited type ([`crate::lifecycle`]'s `limited`) and the settings behind
+//! [`TaskAdmin::set_limits`](crate::TaskAdmin::set_limits). Whole texts, one set per
+//! dialect in its file; the lists of users and ids are the only parts that vary.
+//!
+//! A limited type is claimed in a transaction of its own that first locks the type's
+//! row ([`Limits::lock`]; SQLite: the transaction's write lock), so its claims run one
+//! at a time across every process, and each counts the type's running tasks afresh
+//! ([`Limits::running`]) after the previous one committed. Every other claim passes
+//! over limited types (the main claims' "not limited" probe), so no task of a limited
+//! type starts but under its row's lock.
+
+use std::borrow::Cow;
+
+/// What a limited type's claim and the limits' settings run, per dialect.
+pub(crate) struct Limits {
+    /// The limited types: `task_type`. No parameters.
+    pub types: &'static str,
+    /// One type's limits, its row locked until the transaction ends: the type. Columns
+    /// `max_running`, `max_running_per_user`, `rate_starts`, `rate_window_micros`,
+    /// `window_start_micros`, `window_starts`, and `now_micros`, the database's clock in
+    /// microseconds since the Unix epoch.
+    pub lock: &'static str,
+    /// One type's running tasks per user: the type. Columns `user_id`, `running`.
+    /// MySQL/MariaDB: a locking read, which sees the latest commits whatever snapshot
+    /// the transaction holds (a plain read could miss the previous claim's tasks).
+    pub running: &'static str,
+    /// The next due tasks of one type, as the claims select them (not paused, none of a
+    /// key with a task running unless `concurrent`), in claim order, locked and skipping
+    /// rows other claimers hold: `id`, `user_id`, `resource_key`, `concurrent`.
+    /// Parameters: the type, the users to pass over (PostgreSQL: one array; SQLite: one
+    /// JSON array; MySQL/MariaDB: one placeholder each, as many as the argument says),
+    /// how many.
+    pub candidates: fn(usize) -> Cow<'static, str>,
+    /// Moves tasks to `running` under a lease, as a claim does: worker_id, lease, the
+    /// ids (PostgreSQL: one array). PostgreSQL and SQLite return the rows;
+    /// MySQL/MariaDB read them by id afterwards (`mysql::claimed`).
+    pub claim_ids: fn(usize) -> Cow<'static, str>,
+    /// Records the rate's current window: its start, the starts in it, the type.
+    pub window: &'static str,
+    /// Inserts or replaces a type's limits, keeping the window's count: the type,
+    /// `max_running`, `max_running_per_user`, `rate_starts`, `rate_window_micros`.
+    pub set: &'static str,
+    /// Removes a type's limits; one row affected when it had any: the type.
+    pub clear: &'static str,
+    /// Every limited type by name, its limits, the window's columns, `updated_at`,
+    /// `running` (its running tasks now) and `now_micros`. No parameters.
+    pub list: &'static str,
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::Limits;
+
+    /// Every statement of `limits`, the generated ones for 2 users or ids.
+    pub(crate) fn render(limits: &Limits) -> String {
+        [
+            ("types", limits.types.into()),
+            ("lock", limits.lock.into()),
+            ("running", limits.running.into()),
+            ("candidates", (limits.candidates)(2)),
+            ("claim_ids", (limits.claim_ids)(2)),
+            ("window", limits.window.into()),
+            ("set", limits.set.into()),
+            ("clear", limits.clear.into()),
+            ("list", limits.list.into()),
+        ]
+        .iter()
+        .map(|(name, sql): &(&str, std::borrow::Cow<'static, str>)| format!("{name}:\n{sql}\n"))
+        .collect::<Vec<_>>()
+        .join("\n")
+    }
+}

@@ -1,0 +1,212 @@
+//! The statements of limits per task type ([`crate::dialect::limits`]): a limited
+//! type's claim, step by step inside its transaction, and the stored settings.
+
+use sea_orm::QueryResult;
+use uuid::Uuid;
+
+use super::Executor;
+use super::args::{self, Arg};
+use crate::dialect::{Dialect, Failure};
+use task_dedup_entity::task_run;
+
+/// A type's stored limits, as its claim reads them under the row's lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LimitRow {
+    pub max_running: Option<i32>,
+    pub max_running_per_user: Option<i32>,
+    pub rate_starts: Option<i32>,
+    pub rate_window_micros: Option<i64>,
+    /// The start of the window `window_starts` counts, in microseconds since the epoch.
+    pub window_start_micros: i64,
+    pub window_starts: i32,
+    /// The database's clock.
+    pub now_micros: i64,
+}
+
+impl LimitRow {
+    fn of(row: &QueryResult) -> Result<LimitRow, sea_orm::DbErr> {
+        Ok(LimitRow {
+            max_running: row.try_get("", "max_running")?,
+            max_running_per_user: row.try_get("", "max_running_per_user")?,
+            rate_starts: row.try_get("", "rate_starts")?,
+            rate_window_micros: row.try_get("", "rate_window_micros")?,
+            window_start_micros: row.try_get("", "window_start_micros")?,
+            window_starts: row.try_get("", "window_starts")?,
+            now_micros: row.try_get("", "now_micros")?,
+        })
+    }
+}
+
+/// A limited type's row in [`Executor::list_limits`].
+pub(crate) struct ListedLimit {
+    pub task_type: String,
+    pub limits: LimitRow,
+    pub updated_at: chrono::DateTime<chrono::Utc>,
+    pub running: i64,
+}
+
+/// A due task a limited claim may start.
+pub(crate) struct Candidate {
+    pub id: Uuid,
+    pub user_id: String,
+    pub resource_key: String,
+    pub concurrent: bool,
+}
+
+impl Executor<'_> {
+    /// The limited task types.
+    pub(crate) async fn limited_types(&mut self) -> Result<Vec<String>, Failure> {
+        let rows = self.rows(self.dialect.limits().types, vec![]).await?;
+        Ok(rows
+            .iter()
+            .map(|row| row.try_get("", "task_type"))
+            .collect::<Result<_, _>>()?)
+    }
+
+    /// `task_type`'s limits, its row locked until the transaction ends; `None` when it
+    /// has none.
+    pub(crate) async fn lock_limits(
+        &mut self,
+        task_type: &str,
+    ) -> Result<Option<LimitRow>, Failure> {
+        let rows = self
+            .rows(self.dialect.limits().lock, vec![Arg::Str(task_type)])
+            .await?;
+        Ok(rows.first().map(LimitRow::of).transpose()?)
+    }
+
+    /// `task_type`'s running tasks per user.
+    pub(crate) async fn running_per_user(
+        &mut self,
+        task_type: &str,
+    ) -> Result<Vec<(String, i64)>, Failure> {
+        let rows = self
+            .rows(self.dialect.limits().running, vec![Arg::Str(task_type)])
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|row| Ok((row.try_get("", "user_id")?, row.try_get("", "running")?)))
+            .collect::<Result<_, sea_orm::DbErr>>()?)
+    }
+
+    /// Up to `max` due tasks of `task_type` in claim order, none of `excluded` users,
+    /// locked (SQLite: under the transaction's write lock).
+    pub(crate) async fn limited_candidates(
+        &mut self,
+        task_type: &str,
+        excluded: &[&str],
+        max: i64,
+    ) -> Result<Vec<Candidate>, Failure> {
+        let sql = (self.dialect.limits().candidates)(excluded.len());
+        let mut values = vec![Arg::Str(task_type)];
+        values.extend(users(self.dialect, excluded));
+        values.push(Arg::I64(max));
+        let rows = self.rows(sql, values).await?;
+        Ok(rows
+            .iter()
+            .map(|row| {
+                Ok(Candidate {
+                    id: row.try_get("", "id")?,
+                    user_id: row.try_get("", "user_id")?,
+                    resource_key: row.try_get("", "resource_key")?,
+                    concurrent: row.try_get("", "concurrent")?,
+                })
+            })
+            .collect::<Result<_, sea_orm::DbErr>>()?)
+    }
+
+    /// Moves the locked tasks `ids` to `running` under `worker_id`'s lease.
+    pub(crate) async fn claim_ids(
+        &mut self,
+        worker_id: &str,
+        lease_micros: i64,
+        ids: &[Uuid],
+    ) -> Result<Vec<task_run::Model>, Failure> {
+        let sql = (self.dialect.limits().claim_ids)(ids.len());
+        let mut values = vec![
+            Arg::Str(worker_id),
+            args::interval(self.dialect, lease_micros),
+        ];
+        values.extend(args::ids(self.dialect, ids));
+        match self.dialect {
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => {
+                self.affected(sql, values).await?;
+                let read = crate::dialect::mysql::claimed(ids.len());
+                self.tasks(read, args::ids(self.dialect, ids)).await
+            }
+            #[allow(unreachable_patterns)]
+            _ => self.tasks(sql, values).await,
+        }
+    }
+
+    /// Records the rate's window of `task_type`: its start and the starts in it.
+    pub(crate) async fn set_window(
+        &mut self,
+        task_type: &str,
+        start_micros: i64,
+        starts: i64,
+    ) -> Result<(), Failure> {
+        let values = vec![
+            Arg::I64(start_micros),
+            Arg::I64(starts),
+            Arg::Str(task_type),
+        ];
+        self.affected(self.dialect.limits().window, values).await?;
+        Ok(())
+    }
+
+    /// Inserts or replaces `task_type`'s limits.
+    pub(crate) async fn set_limits(
+        &mut self,
+        task_type: &str,
+        [max_running, per_user, rate_starts, rate_window_micros]: [Option<i64>; 4],
+    ) -> Result<(), Failure> {
+        let values = vec![
+            Arg::Str(task_type),
+            Arg::OptI64(max_running),
+            Arg::OptI64(per_user),
+            Arg::OptI64(rate_starts),
+            Arg::OptI64(rate_window_micros),
+        ];
+        self.affected(self.dialect.limits().set, values).await?;
+        Ok(())
+    }
+
+    /// Removes `task_type`'s limits; whether it had any.
+    pub(crate) async fn clear_limits(&mut self, task_type: &str) -> Result<bool, Failure> {
+        let values = vec![Arg::Str(task_type)];
+        Ok(self.affected(self.dialect.limits().clear, values).await? == 1)
+    }
+
+    /// Every limited type, by name.
+    pub(crate) async fn list_limits(&mut self) -> Result<Vec<ListedLimit>, Failure> {
+        let rows = self.rows(self.dialect.limits().list, vec![]).await?;
+        Ok(rows
+            .iter()
+            .map(|row| {
+                Ok(ListedLimit {
+                    task_type: row.try_get("", "task_type")?,
+                    limits: LimitRow::of(row)?,
+                    updated_at: row.try_get("", "updated_at")?,
+                    running: row.try_get("", "running")?,
+                })
+            })
+            .collect::<Result<_, sea_orm::DbErr>>()?)
+    }
+}
+
+/// The users a limited claim passes over, as its dialect binds them: one PostgreSQL
+/// array, one JSON array on SQLite, one value each on MySQL/MariaDB.
+fn users<'a>(dialect: Dialect, users: &[&'a str]) -> Vec<Arg<'a>> {
+    match dialect {
+        #[cfg(feature = "postgres")]
+        Dialect::Postgres => vec![Arg::Array(args::Array::Str(users.to_vec()))],
+        #[cfg(feature = "sqlite")]
+        Dialect::Sqlite => vec![Arg::String(
+            serde_json::Value::from(users.to_vec()).to_string(),
+        )],
+        #[allow(unreachable_patterns)]
+        _ => users.iter().map(|user| Arg::Str(user)).collect(),
+    }
+}

@@ -1,0 +1,207 @@
+//! The claim of a limited task type (`task_dedup_limits`; statements in
+//! [`crate::dialect::limits`]), and which types are limited.
+//!
+//! One short transaction per type: lock the type's row (its claims run one at a time in
+//! every process), count its running tasks per user afresh, compute the room its limits
+//! leave (running anywhere, per user, starts in the rate's window), select that many due
+//! tasks (passing over users at their limit, one per key), start them, and count them in
+//! the window. Every other claim passes over limited types, so nothing starts a task of
+//! a limited type but this, under the lock; the count is of the rows themselves, so no
+//! counter drifts when a worker dies (its tasks stop counting once the reaper requeues
+//! them).
+//!
+//! Which types are limited is read once a second per database and process
+//! ([`limited_types`](crate::maintenance::limits::limited_types)); a limit set meanwhile is enforced at once all the same (the
+//! other claims read the table in their own statements), and its tasks wait until this
+//! process reads the list again.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use crate::connect::retry::Retrying;
+use crate::dialect::Failure;
+use crate::executor::Executor;
+use crate::executor::limits::LimitRow;
+use crate::maintenance::limits::window;
+use crate::values::connection::DedupConnection;
+use crate::values::error::DedupError;
+use crate::values::validate::MAX_CLAIM;
+use task_dedup_entity::task_run;
+
+/// How many due tasks a claim under a per-user limit reads per task it may start: the
+/// batch passes over a user's tasks beyond that user's room.
+const PER_USER_READ_AHEAD: i64 = 4;
+
+/// Claims up to `max` due tasks of the limited `task_type`, as its limits allow.
+pub(super) async fn claim<C: DedupConnection>(
+    db: &C,
+    exec: &mut Executor<'_>,
+    worker_id: &str,
+    task_type: &str,
+    lease_micros: i64,
+    max: i64,
+) -> Result<Vec<task_run::Model>, DedupError> {
+    // As the main claim: a claim lost with its connection is not run again.
+    let mut retrying = Retrying::new(db, Some(Duration::ZERO), "claim");
+    let mut races = 0;
+    loop {
+        let attempt = async {
+            let mut txn = exec.begin(true).await?;
+            let outcome = start(&mut txn, worker_id, task_type, lease_micros, max).await;
+            match txn.finish(outcome).await {
+                // Another claim started a task of one of the picked keys (a claim of
+                // these keys outside the limits: a `concurrent` follow-up's, say).
+                Err(failure) if failure.is_running_key() => Ok(None),
+                outcome => Ok(Some(outcome?)),
+            }
+        };
+        // Boxed, as in `retried`.
+        match retrying.run(Box::pin(attempt)).await {
+            Some(Ok(Some(claimed))) => return Ok(claimed),
+            Some(Ok(None)) if races < super::claim::MAX_CLAIM_RACES => races += 1,
+            Some(Ok(None)) => return Ok(Vec::new()),
+            Some(Err(err)) => return Err(err),
+            None => {}
+        }
+    }
+}
+
+/// One attempt, in its transaction.
+async fn start(
+    txn: &mut Executor<'_>,
+    worker_id: &str,
+    task_type: &str,
+    lease_micros: i64,
+    max: i64,
+) -> Result<Vec<task_run::Model>, Failure> {
+    let Some(limits) = txn.lock_limits(task_type).await? else {
+        // Cleared since this process read the list: the other claims take its tasks.
+        return Ok(Vec::new());
+    };
+    let running = txn.running_per_user(task_type).await?;
+    let room = Room::of(&limits, &running, max);
+    if room.tasks <= 0 {
+        if let Some(limit) = room.bound {
+            crate::metrics::limit_waited(limit);
+        }
+        return Ok(Vec::new());
+    }
+    let excluded: Vec<&str> = match room.per_user {
+        Some(per_user) => running
+            .iter()
+            .filter(|(_, n)| *n >= per_user)
+            .map(|(user, _)| user.as_str())
+            .collect(),
+        None => Vec::new(),
+    };
+    let read = match room.per_user {
+        Some(_) => (room.tasks * PER_USER_READ_AHEAD).min(MAX_CLAIM as i64),
+        None => room.tasks,
+    };
+    let candidates = txn.limited_candidates(task_type, &excluded, read).await?;
+    let mut per_user: HashMap<&str, i64> = running.iter().map(|(u, n)| (u.as_str(), *n)).collect();
+    let mut keys = HashSet::with_capacity(candidates.len());
+    let mut ids = Vec::with_capacity(candidates.len());
+    for candidate in &candidates {
+        if ids.len() as i64 >= room.tasks {
+            break;
+        }
+        let key = (candidate.user_id.as_str(), candidate.resource_key.as_str());
+        if !candidate.concurrent && !keys.insert(key) {
+            continue;
+        }
+        if let Some(limit) = room.per_user {
+            let user = per_user.entry(candidate.user_id.as_str()).or_insert(0);
+            if *user >= limit {
+                continue;
+            }
+            *user += 1;
+        }
+        ids.push(candidate.id);
+    }
+    if !excluded.is_empty() && (ids.len() as i64) < room.tasks {
+        crate::metrics::limit_waited("max_running_per_user");
+    }
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let claimed = txn.claim_ids(worker_id, lease_micros, &ids).await?;
+    if limits.rate_starts.is_some()
+        && let Some((start, starts)) = window(&limits)
+    {
+        let starts = starts + claimed.len() as i64;
+        txn.set_window(task_type, start, starts).await?;
+    }
+    Ok(claimed)
+}
+
+/// What a type's limits leave a claim of `max` tasks.
+#[derive(Debug, PartialEq, Eq)]
+struct Room {
+    /// Tasks it may start (0 or less: none).
+    tasks: i64,
+    /// The limit that left less than `max`, if one did.
+    bound: Option<&'static str>,
+    /// The per-user limit, if set.
+    per_user: Option<i64>,
+}
+
+impl Room {
+    fn of(limits: &LimitRow, running: &[(String, i64)], max: i64) -> Room {
+        let mut room = Room {
+            tasks: max,
+            bound: None,
+            per_user: limits.max_running_per_user.map(i64::from),
+        };
+        let total: i64 = running.iter().map(|(_, n)| n).sum();
+        if let Some(limit) = limits.max_running {
+            room.at_most(i64::from(limit) - total, "max_running");
+        }
+        if let (Some(starts), Some((_, used))) = (limits.rate_starts, window(limits)) {
+            room.at_most(i64::from(starts) - used, "rate");
+        }
+        room
+    }
+
+    fn at_most(&mut self, tasks: i64, limit: &'static str) {
+        if tasks < self.tasks {
+            self.tasks = tasks;
+            self.bound = Some(limit);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(max_running: Option<i32>, rate: Option<(i32, i64)>, now: i64) -> LimitRow {
+        LimitRow {
+            max_running,
+            max_running_per_user: None,
+            rate_starts: rate.map(|(starts, _)| starts),
+            rate_window_micros: rate.map(|(_, window)| window),
+            window_start_micros: 1_000,
+            window_starts: 2,
+            now_micros: now,
+        }
+    }
+
+    #[test]
+    fn the_tightest_limit_sets_the_room() {
+        let running = [("a".to_owned(), 2), ("b".to_owned(), 1)];
+        let room = Room::of(&limits(Some(5), None, 1_500), &running, 10);
+        assert_eq!((room.tasks, room.bound), (2, Some("max_running")));
+        // 3 starts a window, 2 in the current one: room for 1.
+        let room = Room::of(&limits(Some(5), Some((3, 1_000)), 1_500), &running, 10);
+        assert_eq!((room.tasks, room.bound), (1, Some("rate")));
+        // A new window: its count starts at 0.
+        let room = Room::of(&limits(Some(5), Some((3, 1_000)), 2_000), &running, 10);
+        assert_eq!((room.tasks, room.bound), (2, Some("max_running")));
+        // Lowered below what runs: no room, nothing interrupted.
+        let room = Room::of(&limits(Some(1), None, 1_500), &running, 10);
+        assert_eq!(room.tasks, -2);
+        let room = Room::of(&limits(None, None, 1_500), &running, 10);
+        assert_eq!((room.tasks, room.bound), (10, None));
+    }
+}

@@ -1,0 +1,360 @@
+//! Limits per task type, stored in the database (`task_dedup_limits`, migration 11),
+//! behind [`TaskAdmin::set_limits`](crate::TaskAdmin::set_limits), `clear_limits` and
+//! `limits`: how many tasks of a type run at once anywhere, how many per user, and how
+//! many start per window. The claims enforce them ([`crate::lifecycle`]), so every
+//! worker of every process agrees, from its next claim on. Which types are limited is
+//! read once a second per database and process ([`limited_types`]), and afresh after
+//! this process changed them.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+
+use crate::connect::retry::Retrying;
+use crate::dialect::{Dialect, Failure};
+use crate::executor::Executor;
+use crate::executor::limits::LimitRow;
+use crate::values::connection::DedupConnection;
+use crate::values::error::DedupError;
+use crate::values::validate::{self, InvalidArgument};
+use task_dedup_entity::task_run::TASK_TYPE_MAX_CHARS;
+
+/// The largest count a limit takes (tasks running, starts per window).
+pub const MAX_LIMIT: u32 = 1_000_000;
+
+/// The shortest and the longest window of a [`RateLimit`].
+pub const RATE_WINDOWS: (Duration, Duration) = (
+    Duration::from_millis(1),
+    Duration::from_secs(31 * 24 * 3600),
+);
+
+/// The limits of one task type, for [`TaskAdmin::set_limits`](crate::TaskAdmin::set_limits).
+/// Each is off unless set; a claim starts a task of the type only while every one that
+/// is set allows it. Tasks over a limit stay queued, their attempts not counted.
+///
+/// ```
+/// use std::time::Duration;
+/// use task_dedup::TypeLimits;
+///
+/// // At most 2 exports running anywhere, 1 per user, 60 started a minute.
+/// let limits = TypeLimits::new()
+///     .max_running(2)
+///     .max_running_per_user(1)
+///     .rate(60, Duration::from_secs(60));
+/// assert!(limits.validate().is_ok());
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TypeLimits {
+    /// At most this many tasks of the type running at once, across every worker.
+    pub max_running: Option<u32>,
+    /// At most this many tasks of the type running at once per `user_id`.
+    pub max_running_per_user: Option<u32>,
+    /// At most so many starts of the type per window, across every worker.
+    pub rate: Option<RateLimit>,
+}
+
+/// At most `starts` claims of a type per fixed window of `per`, the windows aligned on
+/// the Unix epoch by the database's clock. A task over the limit waits in the queue for
+/// the next window; its attempt is not counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RateLimit {
+    /// Starts allowed per window.
+    pub starts: u32,
+    /// The window.
+    pub per: Duration,
+}
+
+impl TypeLimits {
+    /// No limit set.
+    pub fn new() -> TypeLimits {
+        TypeLimits::default()
+    }
+
+    /// At most `n` tasks of the type running at once, across every worker.
+    #[must_use]
+    pub fn max_running(mut self, n: u32) -> TypeLimits {
+        self.max_running = Some(n);
+        self
+    }
+
+    /// At most `n` tasks of the type running at once per `user_id`.
+    #[must_use]
+    pub fn max_running_per_user(mut self, n: u32) -> TypeLimits {
+        self.max_running_per_user = Some(n);
+        self
+    }
+
+    /// At most `starts` starts of the type per window of `per`.
+    #[must_use]
+    pub fn rate(mut self, starts: u32, per: Duration) -> TypeLimits {
+        self.rate = Some(RateLimit { starts, per });
+        self
+    }
+
+    /// Checks the limits as [`set_limits`](crate::TaskAdmin::set_limits) does before any
+    /// SQL runs.
+    ///
+    /// # Errors
+    /// [`DedupError::InvalidArgument`] when no limit is set, a count is 0 or over
+    /// [`MAX_LIMIT`], or a window is outside [`RATE_WINDOWS`].
+    pub fn validate(&self) -> Result<(), DedupError> {
+        self.columns().map(|_| ()).map_err(DedupError::from)
+    }
+
+    /// The row's columns: max_running, max_running_per_user, rate_starts,
+    /// rate_window_micros.
+    fn columns(&self) -> Result<[Option<i64>; 4], InvalidArgument> {
+        let count = |name: &'static str, n: Option<u32>| match n {
+            Some(n) if n == 0 || n > MAX_LIMIT => Err(InvalidArgument::out_of_range(
+                name,
+                "a count from 1 to MAX_LIMIT (1,000,000)",
+            )),
+            n => Ok(n.map(i64::from)),
+        };
+        if self.max_running.is_none() && self.max_running_per_user.is_none() && self.rate.is_none()
+        {
+            return Err(InvalidArgument::out_of_range(
+                "limits",
+                "at least one limit (clear_limits removes them all)",
+            ));
+        }
+        let max_running = count("max_running", self.max_running)?;
+        let per_user = count("max_running_per_user", self.max_running_per_user)?;
+        let (starts, window) = match self.rate {
+            None => (None, None),
+            Some(rate) => {
+                if rate.per < RATE_WINDOWS.0 || rate.per > RATE_WINDOWS.1 {
+                    return Err(InvalidArgument::out_of_range(
+                        "rate.per",
+                        "a window from 1 ms to 31 days",
+                    ));
+                }
+                let window = validate::micros("rate.per", rate.per)?;
+                (count("rate.starts", Some(rate.starts))?, Some(window))
+            }
+        };
+        Ok([max_running, per_user, starts, window])
+    }
+
+    /// The limits a stored row holds.
+    fn of(row: &LimitRow) -> TypeLimits {
+        let count = |n: Option<i32>| n.and_then(|n| u32::try_from(n).ok());
+        TypeLimits {
+            max_running: count(row.max_running),
+            max_running_per_user: count(row.max_running_per_user),
+            rate: match (count(row.rate_starts), row.rate_window_micros) {
+                (Some(starts), Some(micros)) => Some(RateLimit {
+                    starts,
+                    per: Duration::from_micros(u64::try_from(micros).unwrap_or(0)),
+                }),
+                _ => None,
+            },
+        }
+    }
+}
+
+/// A limited task type, as [`TaskAdmin::limits`](crate::TaskAdmin::limits) lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LimitedType {
+    /// The task type.
+    pub task_type: String,
+    /// Its limits.
+    pub limits: TypeLimits,
+    /// Its tasks running now (the slots of `max_running` in use).
+    pub running: u64,
+    /// Its starts in the rate's current window (0 without a rate).
+    pub starts_in_window: u64,
+    /// When its limits were last set, by the database's clock.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// The start of the rate window `now_micros` falls in, and the starts counted in it.
+pub(crate) fn window(row: &LimitRow) -> Option<(i64, i64)> {
+    let length = row.rate_window_micros.filter(|w| *w > 0)?;
+    let start = row.now_micros.div_euclid(length) * length;
+    let starts = if row.window_start_micros == start {
+        i64::from(row.window_starts)
+    } else {
+        0
+    };
+    Some((start, starts))
+}
+
+/// How long this process trusts its list of limited types.
+const REFRESH: Duration = Duration::from_secs(1);
+
+type Database = (Dialect, u64);
+
+/// When this process last read a database's limited types, and what it read.
+type Read = (Instant, Arc<[String]>);
+
+static KNOWN: LazyLock<Mutex<HashMap<Database, Read>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+fn known() -> MutexGuard<'static, HashMap<Database, Read>> {
+    KNOWN
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The limited task types of `exec`'s database (read afresh in a caller's transaction,
+/// which does not say which database it is on).
+pub(crate) async fn limited_types(exec: &mut Executor<'_>) -> Result<Arc<[String]>, Failure> {
+    let database = exec.database_identity().map(|id| (exec.dialect(), id));
+    if let Some(database) = database
+        && let Some((read, types)) = known().get(&database)
+        && read.elapsed() < REFRESH
+    {
+        return Ok(Arc::clone(types));
+    }
+    // Boxed: once a second, and its state would otherwise sit in every claim's future.
+    let types: Arc<[String]> = Box::pin(exec.limited_types()).await?.into();
+    if let Some(database) = database {
+        known().insert(database, (Instant::now(), Arc::clone(&types)));
+    }
+    Ok(types)
+}
+
+/// This process changed the limits of `exec`'s database: read them afresh.
+fn forget(exec: &Executor<'_>) {
+    if let Some(id) = exec.database_identity() {
+        known().remove(&(exec.dialect(), id));
+    }
+}
+
+fn task_type_arg(task_type: &str) -> Result<(), InvalidArgument> {
+    validate::text(task_type, TASK_TYPE_MAX_CHARS)
+        .map_err(|reason| InvalidArgument::new("task_type", reason))
+}
+
+/// Sets `task_type`'s limits, replacing any it had. Wakes the workers that wait for
+/// notifications (a raised limit may leave room for its tasks).
+pub(crate) async fn set<C: DedupConnection + ?Sized>(
+    db: &C,
+    task_type: &str,
+    limits: &TypeLimits,
+) -> Result<(), DedupError> {
+    task_type_arg(task_type)?;
+    let columns = limits.columns()?;
+    let mut exec = Executor::on(db)?;
+    let mut retrying = Retrying::new(db, None, "set_limits");
+    loop {
+        let attempt = async { Ok::<_, DedupError>(exec.set_limits(task_type, columns).await?) };
+        // Boxed, as in the lifecycle's `retried`.
+        if let Some(outcome) = retrying.run(Box::pin(attempt)).await {
+            break outcome?;
+        }
+    }
+    forget(&exec);
+    tracing::info!(task_type, ?limits, "task type limits set");
+    crate::executor::notify::task_due(&mut exec).await?;
+    Ok(())
+}
+
+/// Removes `task_type`'s limits; whether it had any.
+pub(crate) async fn clear<C: DedupConnection + ?Sized>(
+    db: &C,
+    task_type: &str,
+) -> Result<bool, DedupError> {
+    task_type_arg(task_type)?;
+    let mut exec = Executor::on(db)?;
+    let mut retrying = Retrying::new(db, None, "clear_limits");
+    let cleared = loop {
+        let attempt = async { Ok::<_, DedupError>(exec.clear_limits(task_type).await?) };
+        if let Some(outcome) = retrying.run(Box::pin(attempt)).await {
+            break outcome?;
+        }
+    };
+    forget(&exec);
+    if cleared {
+        tracing::info!(task_type, "task type limits cleared");
+        crate::executor::notify::task_due(&mut exec).await?;
+    }
+    Ok(cleared)
+}
+
+/// Every limited type, by name.
+pub(crate) async fn list<C: DedupConnection + ?Sized>(
+    db: &C,
+) -> Result<Vec<LimitedType>, DedupError> {
+    let mut exec = Executor::on(db)?;
+    let mut retrying = Retrying::new(db, None, "limits");
+    let listed = loop {
+        let attempt = async { Ok::<_, DedupError>(exec.list_limits().await?) };
+        if let Some(outcome) = retrying.run(Box::pin(attempt)).await {
+            break outcome?;
+        }
+    };
+    Ok(listed
+        .into_iter()
+        .map(|listed| LimitedType {
+            limits: TypeLimits::of(&listed.limits),
+            running: u64::try_from(listed.running).unwrap_or(0),
+            starts_in_window: window(&listed.limits)
+                .and_then(|(_, starts)| u64::try_from(starts).ok())
+                .unwrap_or(0),
+            task_type: listed.task_type,
+            updated_at: listed.updated_at,
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(now: i64, window: i64, start: i64, starts: i32) -> LimitRow {
+        LimitRow {
+            max_running: None,
+            max_running_per_user: None,
+            rate_starts: Some(5),
+            rate_window_micros: Some(window),
+            window_start_micros: start,
+            window_starts: starts,
+            now_micros: now,
+        }
+    }
+
+    #[test]
+    fn windows_align_on_the_epoch_and_restart_their_count() {
+        assert_eq!(window(&row(1_500, 1_000, 1_000, 3)), Some((1_000, 3)));
+        assert_eq!(window(&row(2_000, 1_000, 1_000, 3)), Some((2_000, 0)));
+        assert_eq!(window(&row(999, 1_000, 0, 4)), Some((0, 4)));
+    }
+
+    #[test]
+    fn limits_are_checked_before_any_sql() {
+        assert!(TypeLimits::new().validate().is_err());
+        assert!(TypeLimits::new().max_running(0).validate().is_err());
+        assert!(
+            TypeLimits::new()
+                .max_running_per_user(MAX_LIMIT + 1)
+                .validate()
+                .is_err()
+        );
+        assert!(
+            TypeLimits::new()
+                .rate(1, Duration::ZERO)
+                .validate()
+                .is_err()
+        );
+        assert!(
+            TypeLimits::new()
+                .rate(0, Duration::from_secs(1))
+                .validate()
+                .is_err()
+        );
+        let limits = TypeLimits::new()
+            .max_running(3)
+            .rate(10, Duration::from_secs(1));
+        assert_eq!(
+            limits.columns().ok(),
+            Some([Some(3), None, Some(10), Some(1_000_000)])
+        );
+    }
+}

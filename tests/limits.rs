@@ -1,0 +1,655 @@
+//! Limits per task type on every dialect (`TaskAdmin::set_limits`): running tasks
+//! anywhere, running tasks per user and starts per window, decided by the database
+//! under racing claimers in one process and in two; lowered while tasks run; with a
+//! worker gone and a connection killed in the middle.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use common::TestDb;
+use sea_orm::{ConnectionTrait, DatabaseConnection, TransactionTrait};
+use task_dedup::{
+    CancellationToken, DedupError, InvalidReason, NewTask, Retention, RetryPolicy, TaskAdmin,
+    TaskDedup, TaskKey, TaskStatus, TaskWorker, TypeLimits, Worker, task_run,
+};
+use tokio::sync::Barrier;
+
+matrix!(
+    racing_claimers_never_exceed_the_global_limit,
+    racing_claimers_never_exceed_the_per_user_limit,
+    the_rate_limit_counts_starts_across_claims,
+    other_types_flow_while_a_limited_type_waits,
+    lowering_a_limit_interrupts_nothing,
+    a_dead_workers_tasks_count_until_reaped,
+    limits_are_listed_cleared_and_checked_before_sql,
+    claims_in_a_caller_transaction_honour_limits,
+    workers_in_two_processes_stay_within_the_limits,
+);
+
+// Sessions to kill: the server dialects.
+server_matrix!(a_claim_holding_the_limit_lock_killed_frees_the_type);
+
+const LEASE: Duration = Duration::from_secs(60);
+
+async fn enqueue(db: &DatabaseConnection, user: &str, task_type: &str, resource: &str) {
+    let key = TaskKey::new(user, task_type, resource).expect("key");
+    let outcome = db
+        .find_or_enqueue(NewTask::new(key))
+        .await
+        .expect("enqueue");
+    assert!(outcome.is_created());
+}
+
+async fn running(db: &DatabaseConnection, task_type: &str) -> i64 {
+    common::count(
+        db,
+        format!("SELECT count(*) AS n FROM task_run WHERE task_type = '{task_type}' AND status = 'running'"),
+    )
+    .await
+}
+
+/// `claimers` callers on connections of their own, released together, each claiming up
+/// to `max` tasks of `types` once; every task they got.
+async fn race(
+    db: &TestDb,
+    claimers: usize,
+    types: &'static [&'static str],
+    max: usize,
+) -> Vec<task_run::Model> {
+    let pool = Arc::new(db.pool(claimers as u32).await);
+    let barrier = Arc::new(Barrier::new(claimers));
+    let mut handles = Vec::new();
+    for n in 0..claimers {
+        let (pool, barrier) = (Arc::clone(&pool), Arc::clone(&barrier));
+        handles.push(tokio::spawn(async move {
+            barrier.wait().await;
+            pool.claim_many(&format!("w{n}"), types, LEASE, max)
+                .await
+                .expect("claim")
+        }));
+    }
+    let mut claimed = Vec::new();
+    for handle in handles {
+        claimed.extend(handle.await.expect("claimer"));
+    }
+    claimed
+}
+
+/// 8 claimers of 4 tasks each at once, limit 3: exactly 3 start, whoever wins; as tasks
+/// end, exactly as many start again. (With the limit check removed from the claim,
+/// every claimer takes its 4: checked.)
+async fn racing_claimers_never_exceed_the_global_limit(db: &TestDb) {
+    db.migrate().await;
+    db.db
+        .set_limits("export", &TypeLimits::new().max_running(3))
+        .await
+        .expect("set");
+    for i in 0..40 {
+        enqueue(&db.db, &format!("u{}", i % 5), "export", &i.to_string()).await;
+    }
+    let claimed = race(db, 8, &["export"], 4).await;
+    assert_eq!(claimed.len(), 3, "{claimed:?}");
+    assert_eq!(running(&db.db, "export").await, 3);
+    // Two end: exactly two start, however many ask.
+    for task in &claimed[..2] {
+        let owner = task.lease_owner.as_deref().expect("owner");
+        db.db
+            .complete(task.id, owner, None)
+            .await
+            .expect("complete");
+    }
+    let claimed = race(db, 8, &["export"], 4).await;
+    assert_eq!(claimed.len(), 2, "{claimed:?}");
+    assert_eq!(running(&db.db, "export").await, 3);
+    // Claims of any type honour it the same.
+    let claimed = race(db, 8, &[], 4).await;
+    assert!(claimed.is_empty(), "{claimed:?}");
+}
+
+/// Two users with 10 tasks each, at most 2 running per user: 8 claimers at once start
+/// exactly 2 of each, the batch passing over a user's tasks beyond its room.
+async fn racing_claimers_never_exceed_the_per_user_limit(db: &TestDb) {
+    db.migrate().await;
+    db.db
+        .set_limits("sync", &TypeLimits::new().max_running_per_user(2))
+        .await
+        .expect("set");
+    for i in 0..10 {
+        enqueue(&db.db, "heavy", "sync", &i.to_string()).await;
+    }
+    for i in 0..10 {
+        enqueue(&db.db, "light", "sync", &i.to_string()).await;
+    }
+    // One claim of 10: the heavy user's tasks come first in claim order, 2 of them are
+    // taken, then the light user's.
+    let claimed = db
+        .db
+        .claim_many("w", &["sync"], LEASE, 10)
+        .await
+        .expect("claim");
+    let per_user = |tasks: &[task_run::Model]| {
+        let mut per_user: HashMap<String, usize> = HashMap::new();
+        for task in tasks {
+            *per_user.entry(task.user_id.clone()).or_default() += 1;
+        }
+        per_user
+    };
+    assert_eq!(
+        per_user(&claimed),
+        HashMap::from([("heavy".to_owned(), 2), ("light".to_owned(), 2)])
+    );
+    let owner = claimed[0].lease_owner.clone().expect("owner");
+    for task in &claimed {
+        db.db
+            .complete(task.id, &owner, None)
+            .await
+            .expect("complete");
+    }
+    let claimed = race(db, 8, &["sync"], 3).await;
+    assert_eq!(
+        per_user(&claimed),
+        HashMap::from([("heavy".to_owned(), 2), ("light".to_owned(), 2)])
+    );
+}
+
+/// 5 starts per window (a long one, so the test never straddles two): 8 claimers of 3
+/// start exactly 5, and after they all end, none more; the others stay queued with no
+/// attempt counted.
+async fn the_rate_limit_counts_starts_across_claims(db: &TestDb) {
+    db.migrate().await;
+    let window = Duration::from_secs(30 * 24 * 3600);
+    db.db
+        .set_limits("mail", &TypeLimits::new().rate(5, window))
+        .await
+        .expect("set");
+    for i in 0..20 {
+        enqueue(&db.db, &format!("u{i}"), "mail", &i.to_string()).await;
+    }
+    let claimed = race(db, 8, &["mail"], 3).await;
+    assert_eq!(claimed.len(), 5, "{claimed:?}");
+    for task in &claimed {
+        let owner = task.lease_owner.as_deref().expect("owner");
+        db.db
+            .complete(task.id, owner, None)
+            .await
+            .expect("complete");
+    }
+    assert!(race(db, 8, &["mail"], 3).await.is_empty());
+    let listed = db.db.limits().await.expect("limits");
+    assert_eq!(listed[0].starts_in_window, 5);
+    assert_eq!(listed[0].running, 0);
+    let queued: Vec<_> = common::rows::all(&db.db)
+        .await
+        .into_iter()
+        .filter(|t| t.status == TaskStatus::Queued)
+        .collect();
+    assert_eq!(queued.len(), 15);
+    assert!(queued.iter().all(|t| t.attempts == 0), "{queued:?}");
+}
+
+/// A limited type at its limit holds back only its own tasks: a batch fills from the
+/// others, whichever part of the claim goes first.
+async fn other_types_flow_while_a_limited_type_waits(db: &TestDb) {
+    db.migrate().await;
+    db.db
+        .set_limits("export", &TypeLimits::new().max_running(1))
+        .await
+        .expect("set");
+    for i in 0..5 {
+        enqueue(&db.db, "u", "export", &i.to_string()).await;
+        enqueue(&db.db, "u", "email", &i.to_string()).await;
+    }
+    let mut exports = 0;
+    let mut emails = 0;
+    for _ in 0..3 {
+        for task in db.db.claim_many("w", &[], LEASE, 2).await.expect("claim") {
+            match task.task_type.as_str() {
+                "export" => exports += 1,
+                _ => emails += 1,
+            }
+        }
+    }
+    assert_eq!((exports, emails), (1, 5));
+    assert!(
+        db.db
+            .claim_many("w", &["export"], LEASE, 2)
+            .await
+            .expect("claim")
+            .is_empty()
+    );
+}
+
+/// Lowered below what runs: nothing is interrupted, and nothing starts until the type is
+/// under the new limit.
+async fn lowering_a_limit_interrupts_nothing(db: &TestDb) {
+    db.migrate().await;
+    db.db
+        .set_limits("export", &TypeLimits::new().max_running(3))
+        .await
+        .expect("set");
+    for i in 0..6 {
+        enqueue(&db.db, "u", "export", &i.to_string()).await;
+    }
+    let claimed = db.db.claim_many("w", &[], LEASE, 6).await.expect("claim");
+    assert_eq!(claimed.len(), 3);
+    db.db
+        .set_limits("export", &TypeLimits::new().max_running(1))
+        .await
+        .expect("lower");
+    assert_eq!(running(&db.db, "export").await, 3, "still running");
+    for task in &claimed {
+        db.db
+            .heartbeat(task.id, "w", LEASE)
+            .await
+            .expect("lease still held");
+    }
+    // 3, 2, then 1 running, the limit 1: nothing starts; at 0, one.
+    for task in &claimed {
+        assert!(
+            db.db
+                .claim_many("w", &[], LEASE, 6)
+                .await
+                .expect("claim")
+                .is_empty()
+        );
+        db.db.complete(task.id, "w", None).await.expect("complete");
+    }
+    assert_eq!(
+        db.db
+            .claim_many("w", &[], LEASE, 6)
+            .await
+            .expect("claim")
+            .len(),
+        1
+    );
+}
+
+/// A worker that died with tasks running holds their slots until their leases expire
+/// and the reaper requeues them; then they start again, within the limit.
+async fn a_dead_workers_tasks_count_until_reaped(db: &TestDb) {
+    db.migrate().await;
+    db.db
+        .set_limits("export", &TypeLimits::new().max_running(2))
+        .await
+        .expect("set");
+    for i in 0..4 {
+        enqueue(&db.db, "u", "export", &i.to_string()).await;
+    }
+    let short = Duration::from_millis(300);
+    let dead = db
+        .db
+        .claim_many("dead", &[], short, 4)
+        .await
+        .expect("claim");
+    assert_eq!(dead.len(), 2);
+    assert!(
+        db.db
+            .claim_many("w", &[], LEASE, 4)
+            .await
+            .expect("claim")
+            .is_empty()
+    );
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let reaped = db
+        .db
+        .reap_expired(&RetryPolicy::default())
+        .await
+        .expect("reap");
+    assert_eq!(reaped.requeued, 2);
+    let claimed = db.db.claim_many("w", &[], LEASE, 4).await.expect("claim");
+    assert_eq!(claimed.len(), 2);
+    assert_eq!(running(&db.db, "export").await, 2);
+}
+
+async fn limits_are_listed_cleared_and_checked_before_sql(db: &TestDb) {
+    // Before the migrations: a statement would fail with a database error instead.
+    let too_long = "x".repeat(task_run::TASK_TYPE_MAX_CHARS + 1);
+    for (name, reason) in [
+        ("", InvalidReason::Empty),
+        ("a\0b", InvalidReason::ContainsNul),
+    ] {
+        match db
+            .db
+            .set_limits(name, &TypeLimits::new().max_running(1))
+            .await
+        {
+            Err(DedupError::InvalidArgument {
+                name: "task_type",
+                reason: got,
+            }) => assert_eq!(got, reason),
+            other => panic!("{name:?}: {other:?}"),
+        }
+    }
+    assert!(matches!(
+        db.db.clear_limits(&too_long).await,
+        Err(DedupError::InvalidArgument {
+            name: "task_type",
+            ..
+        })
+    ));
+    for (limits, field) in [
+        (TypeLimits::new(), "limits"),
+        (TypeLimits::new().max_running(0), "max_running"),
+        (
+            TypeLimits::new().max_running_per_user(2_000_000),
+            "max_running_per_user",
+        ),
+        (
+            TypeLimits::new().rate(5, Duration::from_micros(10)),
+            "rate.per",
+        ),
+        (
+            TypeLimits::new().rate(0, Duration::from_secs(1)),
+            "rate.starts",
+        ),
+    ] {
+        match db.db.set_limits("export", &limits).await {
+            Err(DedupError::InvalidArgument { name, .. }) => assert_eq!(name, field),
+            other => panic!("{limits:?}: {other:?}"),
+        }
+    }
+
+    db.migrate().await;
+    let before = task_run::now();
+    let limits = TypeLimits::new()
+        .max_running(4)
+        .max_running_per_user(2)
+        .rate(100, Duration::from_secs(60));
+    db.db.set_limits("export", &limits).await.expect("set");
+    db.db
+        .set_limits("Export", &TypeLimits::new().max_running(1))
+        .await
+        .expect("another spelling, another type");
+    enqueue(&db.db, "u", "export", "1").await;
+    assert_eq!(
+        db.db
+            .claim_many("w", &[], LEASE, 5)
+            .await
+            .expect("claim")
+            .len(),
+        1
+    );
+    let listed = db.db.limits().await.expect("limits");
+    assert_eq!(
+        listed
+            .iter()
+            .map(|l| l.task_type.as_str())
+            .collect::<Vec<_>>(),
+        ["Export", "export"]
+    );
+    let export = &listed[1];
+    assert_eq!(export.limits, limits);
+    assert_eq!((export.running, export.starts_in_window), (1, 1));
+    assert!(export.updated_at >= before - chrono::Duration::seconds(1));
+
+    // Replaced whole: the rate is gone.
+    db.db
+        .set_limits("export", &TypeLimits::new().max_running(1))
+        .await
+        .expect("replace");
+    let listed = db.db.limits().await.expect("limits");
+    assert_eq!(listed[1].limits, TypeLimits::new().max_running(1));
+    assert!(db.db.clear_limits("export").await.expect("clear"));
+    assert!(!db.db.clear_limits("export").await.expect("clear again"));
+    // Cleared: its tasks are claimed as any others'.
+    enqueue(&db.db, "u", "export", "2").await;
+    assert_eq!(
+        db.db
+            .claim_many("w", &[], LEASE, 5)
+            .await
+            .expect("claim")
+            .len(),
+        1
+    );
+}
+
+/// A claim in the caller's transaction is limited the same, and takes effect with it.
+async fn claims_in_a_caller_transaction_honour_limits(db: &TestDb) {
+    db.migrate().await;
+    db.db
+        .set_limits("export", &TypeLimits::new().max_running(1))
+        .await
+        .expect("set");
+    for i in 0..3 {
+        enqueue(&db.db, "u", "export", &i.to_string()).await;
+    }
+    let txn = db.db.begin().await.expect("begin");
+    assert_eq!(
+        txn.claim_many("w", &[], LEASE, 3)
+            .await
+            .expect("claim")
+            .len(),
+        1
+    );
+    assert!(
+        txn.claim_many("w", &[], LEASE, 3)
+            .await
+            .expect("claim")
+            .is_empty()
+    );
+    txn.rollback().await.expect("rollback");
+    assert_eq!(running(&db.db, "export").await, 0);
+    let txn = db.db.begin().await.expect("begin");
+    assert_eq!(
+        txn.claim_many("w", &[], LEASE, 3)
+            .await
+            .expect("claim")
+            .len(),
+        1
+    );
+    txn.commit().await.expect("commit");
+    assert_eq!(running(&db.db, "export").await, 1);
+}
+
+/// A claim killed with its connection while it holds a type's lock takes nothing, and
+/// the type's next claim goes through: the lock went with the session.
+async fn a_claim_holding_the_limit_lock_killed_frees_the_type(db: &TestDb) {
+    db.migrate().await;
+    db.db
+        .set_limits("export", &TypeLimits::new().max_running(2))
+        .await
+        .expect("set");
+    for i in 0..4 {
+        enqueue(&db.db, "u", "export", &i.to_string()).await;
+    }
+    // Another session holds the type's row: the claim waits behind it.
+    let holder = db.pool(1).await;
+    let txn = holder.begin().await.expect("begin");
+    txn.execute_unprepared("SELECT * FROM task_dedup_limits WHERE task_type = 'export' FOR UPDATE")
+        .await
+        .expect("lock");
+    let claimer = Arc::new(db.pool(1).await);
+    let waiting = {
+        let claimer = Arc::clone(&claimer);
+        tokio::spawn(async move { claimer.claim_many("w", &[], LEASE, 4).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiting.is_finished(),
+        "the claim waits for the type's lock"
+    );
+    db.kill_all_sessions().await;
+    let outcome = waiting.await.expect("claimer");
+    assert!(
+        matches!(outcome, Err(DedupError::ConnectionLost(_))),
+        "{outcome:?}"
+    );
+    drop(txn);
+    assert_eq!(
+        running(&db.db, "export").await,
+        0,
+        "the killed claim took nothing"
+    );
+    // The pools reconnect; the type is free.
+    let claimed = claimer.claim_many("w", &[], LEASE, 4).await.expect("claim");
+    assert_eq!(claimed.len(), 2);
+}
+
+/// The child process of [`workers_in_two_processes_stay_within_the_limits`]: a worker of
+/// 4 at a time, each task taking a moment, until it is killed. Does nothing unless the
+/// parent started it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a child process of workers_in_two_processes_stay_within_the_limits"]
+async fn child_limited_worker_runs_until_killed() {
+    let (Ok(url), Ok(id)) = (
+        std::env::var("TASK_DEDUP_LIMITS_CHILD_URL"),
+        std::env::var("TASK_DEDUP_LIMITS_CHILD_ID"),
+    ) else {
+        return;
+    };
+    let db = task_dedup::connect(&url).await.expect("connect");
+    let worker = Worker::builder(db)
+        .id(id)
+        .concurrency(4)
+        .poll_interval(Duration::from_millis(5), Duration::from_millis(20))
+        .fallback_poll(Duration::from_millis(100))
+        .retention(Retention::off())
+        .handler(|_: task_run::Model, _: CancellationToken| async {
+            tokio::time::sleep(Duration::from_millis(25)).await;
+            Ok(None)
+        })
+        .build()
+        .expect("worker");
+    println!("ready");
+    worker.run(CancellationToken::new()).await.expect("run");
+}
+
+fn child(url: &str, id: &str) -> Child {
+    let mut child = Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--ignored",
+            "--exact",
+            "child_limited_worker_runs_until_killed",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("TASK_DEDUP_LIMITS_CHILD_URL", url)
+        .env("TASK_DEDUP_LIMITS_CHILD_ID", id)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the child process");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    loop {
+        let line = lines.next().expect("the child started").expect("utf-8");
+        if line.contains("ready") {
+            break;
+        }
+    }
+    std::thread::spawn(move || for _ in lines {});
+    child
+}
+
+/// Child processes, killed when dropped (the test ended, or failed).
+struct Children(Vec<Child>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The most tasks of `tasks` that ran at once, from the database's own start and end
+/// times: an end at the instant of a start comes first (the start waited for it).
+fn most_at_once<'a>(tasks: impl Iterator<Item = &'a task_run::Model>) -> usize {
+    let mut events: Vec<(DateTime<Utc>, i32)> = Vec::new();
+    for task in tasks {
+        events.push((task.started_at.expect("started"), 1));
+        events.push((task.finished_at.expect("finished"), -1));
+    }
+    events.sort();
+    let (mut now, mut most) = (0, 0);
+    for (_, step) in events {
+        now += step;
+        most = most.max(now);
+    }
+    most as usize
+}
+
+/// 8 workers in 2 processes drain three limited types: at most 3 exports ran at once
+/// (by the database's start and end times, and by a monitor polling the table), at most
+/// 1 sync per user, and exactly 6 mails started in the rate's window, the rest queued
+/// with no attempt counted.
+async fn workers_in_two_processes_stay_within_the_limits(db: &TestDb) {
+    db.migrate().await;
+    let limits = [
+        ("export", TypeLimits::new().max_running(3)),
+        ("sync", TypeLimits::new().max_running_per_user(1)),
+        (
+            "mail",
+            TypeLimits::new().rate(6, Duration::from_secs(30 * 24 * 3600)),
+        ),
+    ];
+    for (task_type, limits) in &limits {
+        db.db.set_limits(task_type, limits).await.expect("set");
+    }
+    for i in 0..24 {
+        enqueue(&db.db, &format!("u{}", i % 4), "export", &i.to_string()).await;
+        enqueue(&db.db, &format!("u{}", i % 3), "sync", &i.to_string()).await;
+        enqueue(&db.db, &format!("u{}", i % 4), "mail", &i.to_string()).await;
+    }
+    let _children = Children(vec![child(&db.url, "child-1"), child(&db.url, "child-2")]);
+
+    let monitor = "SELECT count(*) AS n FROM task_run WHERE task_type = 'export' \
+                   AND status = 'running'";
+    let mut most_seen = 0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        most_seen = most_seen.max(common::count(&db.db, monitor).await);
+        let rows = common::rows::all(&db.db).await;
+        let done = |task_type: &str| {
+            rows.iter()
+                .filter(|t| t.task_type == task_type && t.status == TaskStatus::Succeeded)
+                .count()
+        };
+        if done("export") == 24 && done("sync") == 24 && done("mail") == 6 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the workers never drained: {rows:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    // A moment for a seventh mail, if the rate let one through.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let rows = common::rows::all(&db.db).await;
+    assert!(
+        most_seen <= 3,
+        "the monitor saw {most_seen} exports running"
+    );
+    let exports = rows.iter().filter(|t| t.task_type == "export");
+    assert_eq!(
+        most_at_once(exports),
+        3,
+        "at most 3 at once, and the limit was reached"
+    );
+    let mut syncs: HashMap<&str, Vec<&task_run::Model>> = HashMap::new();
+    for task in rows.iter().filter(|t| t.task_type == "sync") {
+        syncs.entry(task.user_id.as_str()).or_default().push(task);
+    }
+    for (user, tasks) in syncs {
+        assert_eq!(most_at_once(tasks.into_iter()), 1, "{user}");
+    }
+    let mails: Vec<_> = rows.iter().filter(|t| t.task_type == "mail").collect();
+    let started: Vec<_> = mails.iter().filter(|t| t.attempts > 0).collect();
+    assert_eq!(started.len(), 6, "{mails:?}");
+    assert!(
+        mails
+            .iter()
+            .filter(|t| t.attempts == 0)
+            .all(|t| t.status == TaskStatus::Queued)
+    );
+    let owners: HashSet<_> = rows.iter().filter_map(|t| t.lease_owner.clone()).collect();
+    assert_eq!(owners.len(), 2, "both processes claimed: {owners:?}");
+}
