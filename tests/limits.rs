@@ -30,6 +30,7 @@ matrix!(
     limits_are_listed_cleared_and_checked_before_sql,
     claims_in_a_caller_transaction_honour_limits,
     workers_in_two_processes_stay_within_the_limits,
+    fair_claims_take_users_in_turn,
 );
 
 // Sessions to kill: the server dialects.
@@ -191,6 +192,68 @@ async fn the_rate_limit_counts_starts_across_claims(db: &TestDb) {
         .collect();
     assert_eq!(queued.len(), 15);
     assert!(queued.iter().all(|t| t.attempts == 0), "{queued:?}");
+}
+
+/// A fair type's claims serve the users with queued work in turn, one task each before
+/// a second of any, however long one user's backlog, and go on after the last user
+/// served; the one per key rule and per-user limits hold the same.
+async fn fair_claims_take_users_in_turn(db: &TestDb) {
+    db.migrate().await;
+    db.db
+        .set_limits("report", &TypeLimits::new().fair_between_users())
+        .await
+        .expect("set");
+    for i in 0..50 {
+        enqueue(&db.db, "heavy", "report", &i.to_string()).await;
+    }
+    for user in ["light-1", "light-2"] {
+        for i in 0..2 {
+            enqueue(&db.db, user, "report", &i.to_string()).await;
+        }
+    }
+    let users = |tasks: Vec<task_run::Model>| {
+        let mut users: Vec<String> = tasks.into_iter().map(|t| t.user_id).collect();
+        users.sort();
+        users
+    };
+    let claim = |max| db.db.claim_many("w", &["report"], LEASE, max);
+    assert_eq!(
+        users(claim(3).await.expect("claim")),
+        ["heavy", "light-1", "light-2"]
+    );
+    assert_eq!(
+        users(claim(3).await.expect("claim")),
+        ["heavy", "light-1", "light-2"]
+    );
+    // The light users are done: the heavy one has the batch to itself.
+    assert_eq!(
+        users(claim(3).await.expect("claim")),
+        ["heavy", "heavy", "heavy"]
+    );
+
+    // One task at a time: the turn goes round.
+    for i in 0..2 {
+        enqueue(&db.db, "light-1", "report", &format!("later-{i}")).await;
+    }
+    let mut order = Vec::new();
+    for _ in 0..5 {
+        order.extend(users(claim(1).await.expect("claim")));
+    }
+    assert_eq!(order, ["light-1", "heavy", "light-1", "heavy", "heavy"]);
+
+    // With a per-user limit too: the heavy user's 5 running tasks take its turn away.
+    db.db
+        .set_limits(
+            "report",
+            &TypeLimits::new()
+                .fair_between_users()
+                .max_running_per_user(5),
+        )
+        .await
+        .expect("set");
+    enqueue(&db.db, "light-2", "report", "later").await;
+    assert!(running(&db.db, "report").await >= 5);
+    assert_eq!(users(claim(3).await.expect("claim")), ["light-2"]);
 }
 
 /// A limited type at its limit holds back only its own tasks: a batch fills from the

@@ -486,9 +486,11 @@ async fn ensure_schema_after_migrations_changes_nothing(db: &TestDb) {
     Migrator::down(&db.db, None).await.expect("down");
     let report = ensure_schema(&db.db).await.expect("compat patch");
     assert!(report.created_table, "{report}");
-    assert_eq!(report.created_indexes.len(), 9, "{report}");
-    // Workers' claims read the paused types: ensure_schema creates their table too.
+    assert_eq!(report.created_indexes.len(), 10, "{report}");
+    // Workers' claims read the paused and the limited types: ensure_schema creates their
+    // tables too.
     assert!(has_table(db, "task_dedup_paused").await);
+    assert!(has_table(db, "task_dedup_limits").await);
     assert!(ensure_schema(&db.db).await.expect("again").is_unchanged());
 }
 

@@ -2,12 +2,19 @@
 //! process reads it. A row limits its type: how many of its tasks run at once anywhere
 //! (`max_running`), how many per user (`max_running_per_user`), and how many start per
 //! fixed window of `rate_window_micros` (`rate_starts`; the current window's start and
-//! count are `window_start_micros` and `window_starts`, by the database's clock). A
-//! claim of a limited type locks its row, counts the type's running tasks and starts
-//! only what the limits leave; claims of other types never read it but to pass over
-//! limited types.
+//! count are `window_start_micros` and `window_starts`, by the database's clock); with
+//! `fair`, its claims take users in turn, continuing after `fair_cursor`, the last user
+//! served. A claim of a limited type locks its row, counts the type's running tasks and
+//! starts only what the limits leave; claims of other types never read it but to pass
+//! over limited types.
 //!
-//! Online on every dialect: a new table, which no writer of `task_run` waits behind.
+//! `task_run_user_queue_idx`: each user's queued tasks of a type in claim order, so a
+//! fair claim finds the next user with queued work, and that user's first task, in an
+//! index lookup each, however long another user's backlog (PostgreSQL and SQLite: over
+//! queued tasks only; MySQL/MariaDB have no partial index and lead with `status`).
+//!
+//! Online: the table is new; the index is built `CONCURRENTLY` on PostgreSQL and
+//! `ALGORITHM=INPLACE, LOCK=NONE` on MySQL/MariaDB by [`online`](crate::online).
 //!
 //! Frozen once released: this file states its DDL per dialect and never changes.
 
@@ -15,7 +22,7 @@ use sea_orm_migration::prelude::*;
 
 use crate::sql::{self, Dialect};
 
-/// Adds the table `task_dedup_limits`.
+/// Adds the table `task_dedup_limits` and `task_run_user_queue_idx`.
 #[derive(DeriveMigrationName)]
 pub struct Migration;
 
@@ -28,8 +35,16 @@ const SQLITE_UP: &str = "CREATE TABLE IF NOT EXISTS \"task_dedup_limits\" ( \
     \"rate_window_micros\" bigint NULL, \
     \"window_start_micros\" bigint NOT NULL DEFAULT 0, \
     \"window_starts\" integer NOT NULL DEFAULT 0, \
+    \"fair\" boolean NOT NULL DEFAULT false, \
+    \"fair_cursor\" varchar(64) NULL, \
     \"updated_at\" timestamp_with_timezone_text NOT NULL )";
-const SQLITE_DOWN: &str = "DROP TABLE IF EXISTS \"task_dedup_limits\"";
+const SQLITE_INDEX: &str = "CREATE INDEX \"task_run_user_queue_idx\" ON \"task_run\" \
+    (\"task_type\", \"user_id\", \"priority\" DESC, \"run_at\", \"created_at\", \"id\") \
+    WHERE \"status\" = 'queued'";
+const SQLITE_DOWN: [&str; 2] = [
+    "DROP INDEX IF EXISTS \"task_run_user_queue_idx\"",
+    "DROP TABLE IF EXISTS \"task_dedup_limits\"",
+];
 
 const POSTGRES_UP: &str = "CREATE TABLE IF NOT EXISTS task_dedup_limits ( \
     task_type varchar(64) NOT NULL PRIMARY KEY, \
@@ -39,10 +54,17 @@ const POSTGRES_UP: &str = "CREATE TABLE IF NOT EXISTS task_dedup_limits ( \
     rate_window_micros bigint NULL, \
     window_start_micros bigint NOT NULL DEFAULT 0, \
     window_starts integer NOT NULL DEFAULT 0, \
+    fair boolean NOT NULL DEFAULT false, \
+    fair_cursor varchar(64) NULL, \
     updated_at timestamp with time zone NOT NULL )";
-const POSTGRES_DOWN: &str = "DROP TABLE IF EXISTS task_dedup_limits";
+const POSTGRES_INDEX: &str = "CREATE INDEX task_run_user_queue_idx ON task_run \
+    (task_type, user_id, priority DESC, run_at, created_at, id) WHERE status = 'queued'";
+const POSTGRES_DOWN: [&str; 2] = [
+    "DROP INDEX IF EXISTS task_run_user_queue_idx",
+    "DROP TABLE IF EXISTS task_dedup_limits",
+];
 
-/// `VARBINARY`, like `task_run.task_type`: type names compare byte for byte.
+/// `VARBINARY`, like `task_run.task_type` and `user_id`: names compare byte for byte.
 const MYSQL_UP: &str = "CREATE TABLE IF NOT EXISTS task_dedup_limits ( \
     task_type varbinary(256) NOT NULL PRIMARY KEY, \
     max_running int NULL, \
@@ -51,26 +73,54 @@ const MYSQL_UP: &str = "CREATE TABLE IF NOT EXISTS task_dedup_limits ( \
     rate_window_micros bigint NULL, \
     window_start_micros bigint NOT NULL DEFAULT 0, \
     window_starts int NOT NULL DEFAULT 0, \
+    fair boolean NOT NULL DEFAULT false, \
+    fair_cursor varbinary(256) NULL, \
     updated_at datetime(6) NOT NULL )";
-const MYSQL_DOWN: &str = "DROP TABLE IF EXISTS task_dedup_limits";
+const MYSQL_INDEX: &str = "CREATE INDEX task_run_user_queue_idx ON task_run \
+    (task_type, status, user_id, priority DESC, run_at, created_at, id)";
+const MYSQL_DOWN: [&str; 2] = [
+    "ALTER TABLE task_run DROP INDEX task_run_user_queue_idx",
+    "DROP TABLE IF EXISTS task_dedup_limits",
+];
+
+/// The index's name.
+const INDEX: &str = "task_run_user_queue_idx";
 
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        let up = match Dialect::of(manager)? {
-            Dialect::Sqlite => SQLITE_UP,
-            Dialect::Postgres => POSTGRES_UP,
-            Dialect::MySql => MYSQL_UP,
+        let (table, index) = match Dialect::of(manager)? {
+            Dialect::Sqlite => (SQLITE_UP, SQLITE_INDEX),
+            Dialect::Postgres => (POSTGRES_UP, POSTGRES_INDEX),
+            Dialect::MySql => (MYSQL_UP, MYSQL_INDEX),
         };
-        sql::run(manager, &[up]).await
+        sql::run(manager, &[table]).await?;
+        sql::create_index_if_missing(manager, INDEX, index).await?;
+        Ok(())
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        let down = match Dialect::of(manager)? {
-            Dialect::Sqlite => SQLITE_DOWN,
-            Dialect::Postgres => POSTGRES_DOWN,
-            Dialect::MySql => MYSQL_DOWN,
+        let down: &[&str] = match Dialect::of(manager)? {
+            Dialect::Sqlite => &SQLITE_DOWN,
+            Dialect::Postgres => &POSTGRES_DOWN,
+            Dialect::MySql => &MYSQL_DOWN,
         };
-        sql::run(manager, &[down]).await
+        sql::run(manager, down).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each dialect's statement creates the index of its name.
+    #[test]
+    fn statements_create_the_named_index() {
+        for sql in [SQLITE_INDEX, POSTGRES_INDEX, MYSQL_INDEX] {
+            assert!(
+                sql.replace('"', "").contains(&format!("INDEX {INDEX} ON")),
+                "{sql}"
+            );
+        }
     }
 }

@@ -18,8 +18,8 @@ pub(crate) struct Limits {
     pub types: &'static str,
     /// One type's limits, its row locked until the transaction ends: the type. Columns
     /// `max_running`, `max_running_per_user`, `rate_starts`, `rate_window_micros`,
-    /// `window_start_micros`, `window_starts`, and `now_micros`, the database's clock in
-    /// microseconds since the Unix epoch.
+    /// `window_start_micros`, `window_starts`, `fair`, `fair_cursor`, and `now_micros`,
+    /// the database's clock in microseconds since the Unix epoch.
     pub lock: &'static str,
     /// One type's running tasks per user: the type. Columns `user_id`, `running`.
     /// MySQL/MariaDB: a locking read, which sees the latest commits whatever snapshot
@@ -32,19 +32,33 @@ pub(crate) struct Limits {
     /// JSON array; MySQL/MariaDB: one placeholder each, as many as the argument says),
     /// how many.
     pub candidates: fn(usize) -> Cow<'static, str>,
-    /// Moves tasks to `running` under a lease, as a claim does: worker_id, lease, the
-    /// ids (PostgreSQL: one array). PostgreSQL and SQLite return the rows;
-    /// MySQL/MariaDB read them by id afterwards (`mysql::claimed`).
+    /// A fair claim's walk over the users with queued tasks of one type, in order from
+    /// the one after a cursor (one index lookup per user, `task_run_user_queue_idx`):
+    /// `user_id`. Parameters: the type, the cursor, how many users at most
+    /// (MySQL/MariaDB and SQLite: the type, the cursor, the type again, how many).
+    pub fair_users: &'static str,
+    /// One user's next due tasks of one type, as [`candidates`](Self::candidates)
+    /// selects them, without locks (the type's lock keeps other claims of the type out,
+    /// and [`claim_ids`](Self::claim_ids) starts only what is still queued): the type,
+    /// the user, how many.
+    pub fair_heads: &'static str,
+    /// Records the last user a fair claim served: the user, the type.
+    pub fair_cursor: &'static str,
+    /// Moves tasks that are still queued to `running` under a lease, as a claim does:
+    /// worker_id, lease, the ids (PostgreSQL: one array). PostgreSQL and SQLite return
+    /// the rows; MySQL/MariaDB read them by id afterwards (`mysql::claimed`).
     pub claim_ids: fn(usize) -> Cow<'static, str>,
     /// Records the rate's current window: its start, the starts in it, the type.
     pub window: &'static str,
-    /// Inserts or replaces a type's limits, keeping the window's count: the type,
-    /// `max_running`, `max_running_per_user`, `rate_starts`, `rate_window_micros`.
+    /// Inserts or replaces a type's limits, keeping the window's count and the fair
+    /// cursor: the type, `max_running`, `max_running_per_user`, `rate_starts`,
+    /// `rate_window_micros`, `fair`.
     pub set: &'static str,
     /// Removes a type's limits; one row affected when it had any: the type.
     pub clear: &'static str,
-    /// Every limited type by name, its limits, the window's columns, `updated_at`,
-    /// `running` (its running tasks now) and `now_micros`. No parameters.
+    /// Every limited type by name, its limits, the window's columns, `fair`,
+    /// `fair_cursor`, `updated_at`, `running` (its running tasks now) and `now_micros`.
+    /// No parameters.
     pub list: &'static str,
 }
 
@@ -59,6 +73,9 @@ pub(crate) mod tests {
             ("lock", limits.lock.into()),
             ("running", limits.running.into()),
             ("candidates", (limits.candidates)(2)),
+            ("fair_users", limits.fair_users.into()),
+            ("fair_heads", limits.fair_heads.into()),
+            ("fair_cursor", limits.fair_cursor.into()),
             ("claim_ids", (limits.claim_ids)(2)),
             ("window", limits.window.into()),
             ("set", limits.set.into()),

@@ -466,7 +466,7 @@ pub(crate) const LIMITS: Limits = Limits {
     types: "SELECT task_type FROM task_dedup_limits",
     lock: concat!(
         "SELECT max_running, max_running_per_user, rate_starts, rate_window_micros, \
-         window_start_micros, window_starts, ",
+         window_start_micros, window_starts, fair, fair_cursor, ",
         now_micros!(),
         " AS now_micros FROM task_dedup_limits WHERE task_type = ? FOR UPDATE"
     ),
@@ -486,20 +486,48 @@ pub(crate) const LIMITS: Limits = Limits {
         sql.push_str(claim_order!());
         Cow::Owned(sql)
     },
-    claim_ids: claim_update,
+    // `task_run_user_queue_idx (task_type, status, user_id, ...)` serves each step's
+    // `min` and the heads' order.
+    fair_users: "WITH RECURSIVE walk (user_id, n) AS ( \
+                 SELECT (SELECT min(user_id) FROM task_run \
+                 WHERE task_type = ? AND status = 'queued' AND user_id > ?), 1 \
+                 UNION ALL \
+                 SELECT (SELECT min(t.user_id) FROM task_run t \
+                 WHERE t.task_type = ? AND t.status = 'queued' AND t.user_id > walk.user_id), \
+                 walk.n + 1 FROM walk WHERE walk.user_id IS NOT NULL AND walk.n < ?) \
+                 SELECT user_id FROM walk WHERE user_id IS NOT NULL",
+    fair_heads: concat!(
+        "SELECT id, user_id, resource_key, concurrent FROM task_run t ",
+        due_of_any_limit!(),
+        "AND task_type = ? AND user_id = ? \
+         AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
+         WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
+         AND r.resource_key = t.resource_key AND r.running_slot = 1)) \
+         ORDER BY priority DESC, run_at, created_at, id LIMIT ?"
+    ),
+    fair_cursor: "UPDATE task_dedup_limits SET fair_cursor = ? WHERE task_type = ?",
+    claim_ids: |ids| {
+        Cow::Owned(format!(
+            "UPDATE task_run SET status = 'running', attempts = attempts + 1, \
+             lease_owner = ?, lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
+             started_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) \
+             WHERE id IN ({}) AND status = 'queued'",
+            repeat("?", ids)
+        ))
+    },
     window: "UPDATE task_dedup_limits SET window_start_micros = ?, window_starts = ? \
              WHERE task_type = ?",
     set: "INSERT INTO task_dedup_limits (task_type, max_running, max_running_per_user, \
-          rate_starts, rate_window_micros, updated_at) \
-          VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(6)) \
+          rate_starts, rate_window_micros, fair, updated_at) \
+          VALUES (?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6)) \
           ON DUPLICATE KEY UPDATE max_running = VALUES(max_running), \
           max_running_per_user = VALUES(max_running_per_user), \
           rate_starts = VALUES(rate_starts), rate_window_micros = VALUES(rate_window_micros), \
-          updated_at = VALUES(updated_at)",
+          fair = VALUES(fair), updated_at = VALUES(updated_at)",
     clear: "DELETE FROM task_dedup_limits WHERE task_type = ?",
     list: concat!(
         "SELECT task_type, max_running, max_running_per_user, rate_starts, rate_window_micros, \
-         window_start_micros, window_starts, updated_at, \
+         window_start_micros, window_starts, fair, fair_cursor, updated_at, \
          (SELECT count(*) FROM task_run r WHERE r.task_type = l.task_type \
          AND r.status = 'running') AS running, ",
         now_micros!(),

@@ -568,7 +568,7 @@ pub(crate) const LIMITS: Limits = Limits {
     types: "SELECT task_type FROM task_dedup_limits",
     lock: concat!(
         "SELECT max_running, max_running_per_user, rate_starts, rate_window_micros, \
-         window_start_micros, window_starts, ",
+         window_start_micros, window_starts, fair, fair_cursor, ",
         now_micros!(),
         " AS now_micros FROM task_dedup_limits WHERE task_type = $1 FOR UPDATE"
     ),
@@ -588,28 +588,50 @@ pub(crate) const LIMITS: Limits = Limits {
              ORDER BY priority DESC, run_at, created_at, id LIMIT $3 FOR UPDATE SKIP LOCKED"
         ))
     },
+    // `task_run_user_queue_idx (task_type, user_id, ...) WHERE status = 'queued'`
+    // serves each step's `min` and the heads' order.
+    fair_users: "WITH RECURSIVE walk (user_id, n) AS ( \
+                 SELECT (SELECT min(user_id) FROM task_run \
+                 WHERE task_type = $1 AND status = 'queued' AND user_id > $2), 1 \
+                 UNION ALL \
+                 SELECT (SELECT min(t.user_id) FROM task_run t \
+                 WHERE t.task_type = $1 AND t.status = 'queued' AND t.user_id > walk.user_id), \
+                 walk.n + 1 FROM walk WHERE walk.user_id IS NOT NULL AND walk.n < $3) \
+                 SELECT user_id FROM walk WHERE user_id IS NOT NULL",
+    fair_heads: concat!(
+        "SELECT id, user_id, resource_key, concurrent ",
+        due_of_any_limit!(),
+        "AND task_type = $1 AND user_id = $2 \
+         AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
+         WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
+         AND r.resource_key = t.resource_key AND ",
+        runs_serially_sql!(),
+        " OFFSET 0)) \
+         ORDER BY priority DESC, run_at, created_at, id LIMIT $3"
+    ),
+    fair_cursor: "UPDATE task_dedup_limits SET fair_cursor = $1 WHERE task_type = $2",
     claim_ids: |_| {
         Cow::Borrowed(concat!(
             "UPDATE task_run SET status = 'running', attempts = attempts + 1, \
              lease_owner = $1, lease_expires_at = statement_timestamp() + $2 * interval '1 microsecond', \
              started_at = statement_timestamp(), updated_at = statement_timestamp() \
-             WHERE id = ANY($3) RETURNING ",
+             WHERE id = ANY($3) AND status = 'queued' RETURNING ",
             columns!()
         ))
     },
     window: "UPDATE task_dedup_limits SET window_start_micros = $1, window_starts = $2 \
              WHERE task_type = $3",
     set: "INSERT INTO task_dedup_limits (task_type, max_running, max_running_per_user, \
-          rate_starts, rate_window_micros, updated_at) \
-          VALUES ($1, $2, $3, $4, $5, statement_timestamp()) \
+          rate_starts, rate_window_micros, fair, updated_at) \
+          VALUES ($1, $2, $3, $4, $5, $6, statement_timestamp()) \
           ON CONFLICT (task_type) DO UPDATE SET max_running = EXCLUDED.max_running, \
           max_running_per_user = EXCLUDED.max_running_per_user, \
           rate_starts = EXCLUDED.rate_starts, rate_window_micros = EXCLUDED.rate_window_micros, \
-          updated_at = EXCLUDED.updated_at",
+          fair = EXCLUDED.fair, updated_at = EXCLUDED.updated_at",
     clear: "DELETE FROM task_dedup_limits WHERE task_type = $1",
     list: concat!(
         "SELECT task_type, max_running, max_running_per_user, rate_starts, rate_window_micros, \
-         window_start_micros, window_starts, updated_at, \
+         window_start_micros, window_starts, fair, fair_cursor, updated_at, \
          (SELECT count(*) FROM task_run r WHERE r.task_type = l.task_type \
          AND r.status = 'running') AS running, ",
         now_micros!(),

@@ -441,7 +441,7 @@ pub(crate) const LIMITS: Limits = Limits {
     types: "SELECT task_type FROM task_dedup_limits",
     lock: concat!(
         "SELECT max_running, max_running_per_user, rate_starts, rate_window_micros, \
-         window_start_micros, window_starts, ",
+         window_start_micros, window_starts, fair, fair_cursor, ",
         now_micros!(),
         " AS now_micros FROM task_dedup_limits WHERE task_type = ?"
     ),
@@ -459,6 +459,25 @@ pub(crate) const LIMITS: Limits = Limits {
             ")) ORDER BY priority DESC, run_at, created_at, id LIMIT ?"
         ))
     },
+    fair_users: "WITH RECURSIVE walk (user_id, n) AS ( \
+                 SELECT (SELECT min(user_id) FROM task_run \
+                 WHERE task_type = ? AND status = 'queued' AND user_id > ?), 1 \
+                 UNION ALL \
+                 SELECT (SELECT min(t.user_id) FROM task_run t \
+                 WHERE t.task_type = ? AND t.status = 'queued' AND t.user_id > walk.user_id), \
+                 walk.n + 1 FROM walk WHERE walk.user_id IS NOT NULL AND walk.n < ?) \
+                 SELECT user_id FROM walk WHERE user_id IS NOT NULL",
+    fair_heads: concat!(
+        "SELECT id, user_id, resource_key, concurrent FROM ",
+        due_of_any_limit!(),
+        "AND task_type = ? AND user_id = ? \
+         AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
+         WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
+         AND r.resource_key = t.resource_key AND ",
+        runs_serially_sql!(),
+        ")) ORDER BY priority DESC, run_at, created_at, id LIMIT ?"
+    ),
+    fair_cursor: "UPDATE task_dedup_limits SET fair_cursor = ? WHERE task_type = ?",
     claim_ids: |ids| {
         Cow::Owned(format!(
             concat!(
@@ -467,7 +486,7 @@ pub(crate) const LIMITS: Limits = Limits {
                  lease_expires_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?), \
                  started_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
                  updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
-                 WHERE id IN ({}) RETURNING ",
+                 WHERE id IN ({}) AND status = 'queued' RETURNING ",
                 columns!()
             ),
             repeat("?", ids)
@@ -476,16 +495,16 @@ pub(crate) const LIMITS: Limits = Limits {
     window: "UPDATE task_dedup_limits SET window_start_micros = ?, window_starts = ? \
              WHERE task_type = ?",
     set: "INSERT INTO task_dedup_limits (task_type, max_running, max_running_per_user, \
-          rate_starts, rate_window_micros, updated_at) \
-          VALUES (?, ?, ?, ?, ?, strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now')) \
+          rate_starts, rate_window_micros, fair, updated_at) \
+          VALUES (?, ?, ?, ?, ?, ?, strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now')) \
           ON CONFLICT (task_type) DO UPDATE SET max_running = excluded.max_running, \
           max_running_per_user = excluded.max_running_per_user, \
           rate_starts = excluded.rate_starts, rate_window_micros = excluded.rate_window_micros, \
-          updated_at = excluded.updated_at",
+          fair = excluded.fair, updated_at = excluded.updated_at",
     clear: "DELETE FROM task_dedup_limits WHERE task_type = ?",
     list: concat!(
         "SELECT task_type, max_running, max_running_per_user, rate_starts, rate_window_micros, \
-         window_start_micros, window_starts, updated_at, \
+         window_start_micros, window_starts, fair, fair_cursor, updated_at, \
          (SELECT count(*) FROM task_run r WHERE r.task_type = l.task_type \
          AND r.status = 'running') AS running, ",
         now_micros!(),

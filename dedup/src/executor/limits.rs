@@ -10,7 +10,7 @@ use crate::dialect::{Dialect, Failure};
 use task_dedup_entity::task_run;
 
 /// A type's stored limits, as its claim reads them under the row's lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LimitRow {
     pub max_running: Option<i32>,
     pub max_running_per_user: Option<i32>,
@@ -19,6 +19,10 @@ pub(crate) struct LimitRow {
     /// The start of the window `window_starts` counts, in microseconds since the epoch.
     pub window_start_micros: i64,
     pub window_starts: i32,
+    /// Whether its claims take users in turn.
+    pub fair: bool,
+    /// The last user a fair claim served.
+    pub fair_cursor: Option<String>,
     /// The database's clock.
     pub now_micros: i64,
 }
@@ -32,6 +36,8 @@ impl LimitRow {
             rate_window_micros: row.try_get("", "rate_window_micros")?,
             window_start_micros: row.try_get("", "window_start_micros")?,
             window_starts: row.try_get("", "window_starts")?,
+            fair: row.try_get("", "fair")?,
+            fair_cursor: row.try_get("", "fair_cursor")?,
             now_micros: row.try_get("", "now_micros")?,
         })
     }
@@ -102,20 +108,61 @@ impl Executor<'_> {
         values.extend(users(self.dialect, excluded));
         values.push(Arg::I64(max));
         let rows = self.rows(sql, values).await?;
-        Ok(rows
-            .iter()
-            .map(|row| {
-                Ok(Candidate {
-                    id: row.try_get("", "id")?,
-                    user_id: row.try_get("", "user_id")?,
-                    resource_key: row.try_get("", "resource_key")?,
-                    concurrent: row.try_get("", "concurrent")?,
-                })
-            })
-            .collect::<Result<_, sea_orm::DbErr>>()?)
+        candidates(&rows)
     }
 
-    /// Moves the locked tasks `ids` to `running` under `worker_id`'s lease.
+    /// Up to `max` users with queued tasks of `task_type`, in order from the one after
+    /// `cursor` (`""`: from the first).
+    pub(crate) async fn fair_users(
+        &mut self,
+        task_type: &str,
+        cursor: &str,
+        max: i64,
+    ) -> Result<Vec<String>, Failure> {
+        let values = match self.dialect {
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => vec![Arg::Str(task_type), Arg::Str(cursor), Arg::I64(max)],
+            #[allow(unreachable_patterns)]
+            _ => vec![
+                Arg::Str(task_type),
+                Arg::Str(cursor),
+                Arg::Str(task_type),
+                Arg::I64(max),
+            ],
+        };
+        let rows = self.rows(self.dialect.limits().fair_users, values).await?;
+        Ok(rows
+            .iter()
+            .map(|row| row.try_get("", "user_id"))
+            .collect::<Result<_, _>>()?)
+    }
+
+    /// `user_id`'s next `max` due tasks of `task_type`, in claim order.
+    pub(crate) async fn fair_heads(
+        &mut self,
+        task_type: &str,
+        user_id: &str,
+        max: i64,
+    ) -> Result<Vec<Candidate>, Failure> {
+        let values = vec![Arg::Str(task_type), Arg::Str(user_id), Arg::I64(max)];
+        let rows = self.rows(self.dialect.limits().fair_heads, values).await?;
+        candidates(&rows)
+    }
+
+    /// Records `user_id` as the last user a fair claim of `task_type` served.
+    pub(crate) async fn set_fair_cursor(
+        &mut self,
+        task_type: &str,
+        user_id: &str,
+    ) -> Result<(), Failure> {
+        let values = vec![Arg::Str(user_id), Arg::Str(task_type)];
+        self.affected(self.dialect.limits().fair_cursor, values)
+            .await?;
+        Ok(())
+    }
+
+    /// Moves the tasks `ids` that are still queued to `running` under `worker_id`'s
+    /// lease; the tasks it moved.
     pub(crate) async fn claim_ids(
         &mut self,
         worker_id: &str,
@@ -133,7 +180,14 @@ impl Executor<'_> {
             Dialect::MySql => {
                 self.affected(sql, values).await?;
                 let read = crate::dialect::mysql::claimed(ids.len());
-                self.tasks(read, args::ids(self.dialect, ids)).await
+                let mut tasks = self.tasks(read, args::ids(self.dialect, ids)).await?;
+                // Those no longer queued were not claimed (the transaction's write
+                // locks keep the others as the UPDATE left them).
+                tasks.retain(|t| {
+                    t.status == task_dedup_entity::TaskStatus::Running
+                        && t.lease_owner.as_deref() == Some(worker_id)
+                });
+                Ok(tasks)
             }
             #[allow(unreachable_patterns)]
             _ => self.tasks(sql, values).await,
@@ -161,6 +215,7 @@ impl Executor<'_> {
         &mut self,
         task_type: &str,
         [max_running, per_user, rate_starts, rate_window_micros]: [Option<i64>; 4],
+        fair: bool,
     ) -> Result<(), Failure> {
         let values = vec![
             Arg::Str(task_type),
@@ -168,6 +223,7 @@ impl Executor<'_> {
             Arg::OptI64(per_user),
             Arg::OptI64(rate_starts),
             Arg::OptI64(rate_window_micros),
+            Arg::Bool(fair),
         ];
         self.affected(self.dialect.limits().set, values).await?;
         Ok(())
@@ -194,6 +250,21 @@ impl Executor<'_> {
             })
             .collect::<Result<_, sea_orm::DbErr>>()?)
     }
+}
+
+/// The candidates `rows` hold.
+fn candidates(rows: &[QueryResult]) -> Result<Vec<Candidate>, Failure> {
+    Ok(rows
+        .iter()
+        .map(|row| {
+            Ok(Candidate {
+                id: row.try_get("", "id")?,
+                user_id: row.try_get("", "user_id")?,
+                resource_key: row.try_get("", "resource_key")?,
+                concurrent: row.try_get("", "concurrent")?,
+            })
+        })
+        .collect::<Result<_, sea_orm::DbErr>>()?)
 }
 
 /// The users a limited claim passes over, as its dialect binds them: one PostgreSQL

@@ -5,7 +5,9 @@
 //! every process), count its running tasks per user afresh, compute the room its limits
 //! leave (running anywhere, per user, starts in the rate's window), select that many due
 //! tasks (passing over users at their limit, one per key), start them, and count them in
-//! the window. Every other claim passes over limited types, so nothing starts a task of
+//! the window. With fairness, the tasks are taken from the users with queued work in
+//! turn, continuing after the last user the previous claim served ([`fair`]). Every
+//! other claim passes over limited types, so nothing starts a task of
 //! a limited type but this, under the lock; the count is of the rows themselves, so no
 //! counter drifts when a worker dies (its tasks stop counting once the reaper requeues
 //! them).
@@ -21,7 +23,7 @@ use std::time::Duration;
 use crate::connect::retry::Retrying;
 use crate::dialect::Failure;
 use crate::executor::Executor;
-use crate::executor::limits::LimitRow;
+use crate::executor::limits::{Candidate, LimitRow};
 use crate::maintenance::limits::window;
 use crate::values::connection::DedupConnection;
 use crate::values::error::DedupError;
@@ -31,6 +33,9 @@ use task_dedup_entity::task_run;
 /// How many due tasks a claim under a per-user limit reads per task it may start: the
 /// batch passes over a user's tasks beyond that user's room.
 const PER_USER_READ_AHEAD: i64 = 4;
+
+/// How many users a fair claim visits at most (the next claim goes on after them).
+const FAIR_WALK: i64 = 64;
 
 /// Claims up to `max` due tasks of the limited `task_type`, as its limits allow.
 pub(super) async fn claim<C: DedupConnection>(
@@ -94,14 +99,21 @@ async fn start(
             .collect(),
         None => Vec::new(),
     };
-    let read = match room.per_user {
-        Some(_) => (room.tasks * PER_USER_READ_AHEAD).min(MAX_CLAIM as i64),
-        None => room.tasks,
+    let (candidates, walked) = if limits.fair {
+        let cursor = limits.fair_cursor.as_deref().unwrap_or("");
+        fair(txn, task_type, cursor, &excluded, room.tasks).await?
+    } else {
+        let read = match room.per_user {
+            Some(_) => (room.tasks * PER_USER_READ_AHEAD).min(MAX_CLAIM as i64),
+            None => room.tasks,
+        };
+        let candidates = txn.limited_candidates(task_type, &excluded, read).await?;
+        (candidates, None)
     };
-    let candidates = txn.limited_candidates(task_type, &excluded, read).await?;
     let mut per_user: HashMap<&str, i64> = running.iter().map(|(u, n)| (u.as_str(), *n)).collect();
     let mut keys = HashSet::with_capacity(candidates.len());
     let mut ids = Vec::with_capacity(candidates.len());
+    let mut served = None;
     for candidate in &candidates {
         if ids.len() as i64 >= room.tasks {
             break;
@@ -118,6 +130,13 @@ async fn start(
             *user += 1;
         }
         ids.push(candidate.id);
+        served = Some(candidate.user_id.as_str());
+    }
+    // The next fair claim goes on after the last user served, or, when none had a task
+    // due, after the last user walked (so users whose tasks are not due yet do not hold
+    // the turn).
+    if let Some(user) = served.or(walked.as_deref()) {
+        txn.set_fair_cursor(task_type, user).await?;
     }
     if !excluded.is_empty() && (ids.len() as i64) < room.tasks {
         crate::metrics::limit_waited("max_running_per_user");
@@ -133,6 +152,47 @@ async fn start(
         txn.set_window(task_type, start, starts).await?;
     }
     Ok(claimed)
+}
+
+/// A fair claim's candidates: users with queued tasks of `task_type` in turn from the
+/// one after `cursor` (wrapping around to the first), those at their per-user limit
+/// (`excluded`) passed over, and `tasks` shared out between them: each user's first due
+/// task, then each one's second, and so on. Also the last user walked.
+async fn fair(
+    txn: &mut Executor<'_>,
+    task_type: &str,
+    cursor: &str,
+    excluded: &[&str],
+    tasks: i64,
+) -> Result<(Vec<Candidate>, Option<String>), Failure> {
+    let walk = (tasks + excluded.len() as i64).min(FAIR_WALK);
+    let mut users = txn.fair_users(task_type, cursor, walk).await?;
+    if (users.len() as i64) < walk && !cursor.is_empty() {
+        for user in txn
+            .fair_users(task_type, "", walk - users.len() as i64)
+            .await?
+        {
+            if !users.contains(&user) {
+                users.push(user);
+            }
+        }
+    }
+    let walked = users.last().cloned();
+    users.retain(|user| !excluded.contains(&user.as_str()));
+    if users.is_empty() {
+        return Ok((Vec::new(), walked));
+    }
+    // One lookup per user (`task_run_user_queue_idx`), however long its backlog.
+    let share = (tasks + users.len() as i64 - 1) / users.len() as i64;
+    let mut heads = Vec::with_capacity(users.len());
+    for user in &users {
+        heads.push(txn.fair_heads(task_type, user, share).await?.into_iter());
+    }
+    let mut turns = Vec::with_capacity(tasks as usize);
+    for _ in 0..share {
+        turns.extend(heads.iter_mut().filter_map(Iterator::next));
+    }
+    Ok((turns, walked))
 }
 
 /// What a type's limits leave a claim of `max` tasks.
@@ -183,6 +243,8 @@ mod tests {
             rate_window_micros: rate.map(|(_, window)| window),
             window_start_micros: 1_000,
             window_starts: 2,
+            fair: false,
+            fair_cursor: None,
             now_micros: now,
         }
     }

@@ -38,11 +38,13 @@ pub const RATE_WINDOWS: (Duration, Duration) = (
 /// use std::time::Duration;
 /// use task_dedup::TypeLimits;
 ///
-/// // At most 2 exports running anywhere, 1 per user, 60 started a minute.
+/// // At most 2 exports running anywhere, 1 per user, 60 started a minute, users
+/// // served in turn.
 /// let limits = TypeLimits::new()
 ///     .max_running(2)
 ///     .max_running_per_user(1)
-///     .rate(60, Duration::from_secs(60));
+///     .rate(60, Duration::from_secs(60))
+///     .fair_between_users();
 /// assert!(limits.validate().is_ok());
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -54,6 +56,12 @@ pub struct TypeLimits {
     pub max_running_per_user: Option<u32>,
     /// At most so many starts of the type per window, across every worker.
     pub rate: Option<RateLimit>,
+    /// Claims take users in turn: each claim of the type starts with the user after
+    /// the last one served, one task per user with queued work before a second of any,
+    /// so a user with a long backlog delays another user's task by one turn at most.
+    /// Off: the type's tasks start in claim order (priority, then `run_at`), whoever
+    /// they belong to.
+    pub fair: bool,
 }
 
 /// At most `starts` claims of a type per fixed window of `per`, the windows aligned on
@@ -95,11 +103,18 @@ impl TypeLimits {
         self
     }
 
+    /// Claims of the type take users in turn ([`fair`](Self::fair)).
+    #[must_use]
+    pub fn fair_between_users(mut self) -> TypeLimits {
+        self.fair = true;
+        self
+    }
+
     /// Checks the limits as [`set_limits`](crate::TaskAdmin::set_limits) does before any
     /// SQL runs.
     ///
     /// # Errors
-    /// [`DedupError::InvalidArgument`] when no limit is set, a count is 0 or over
+    /// [`DedupError::InvalidArgument`] when nothing is set, a count is 0 or over
     /// [`MAX_LIMIT`], or a window is outside [`RATE_WINDOWS`].
     pub fn validate(&self) -> Result<(), DedupError> {
         self.columns().map(|_| ()).map_err(DedupError::from)
@@ -115,11 +130,14 @@ impl TypeLimits {
             )),
             n => Ok(n.map(i64::from)),
         };
-        if self.max_running.is_none() && self.max_running_per_user.is_none() && self.rate.is_none()
+        if self.max_running.is_none()
+            && self.max_running_per_user.is_none()
+            && self.rate.is_none()
+            && !self.fair
         {
             return Err(InvalidArgument::out_of_range(
                 "limits",
-                "at least one limit (clear_limits removes them all)",
+                "at least one limit or fairness (clear_limits removes them all)",
             ));
         }
         let max_running = count("max_running", self.max_running)?;
@@ -153,6 +171,7 @@ impl TypeLimits {
                 }),
                 _ => None,
             },
+            fair: row.fair,
         }
     }
 }
@@ -244,7 +263,8 @@ pub(crate) async fn set<C: DedupConnection + ?Sized>(
     let mut exec = Executor::on(db)?;
     let mut retrying = Retrying::new(db, None, "set_limits");
     loop {
-        let attempt = async { Ok::<_, DedupError>(exec.set_limits(task_type, columns).await?) };
+        let attempt =
+            async { Ok::<_, DedupError>(exec.set_limits(task_type, columns, limits.fair).await?) };
         // Boxed, as in the lifecycle's `retried`.
         if let Some(outcome) = retrying.run(Box::pin(attempt)).await {
             break outcome?;
@@ -316,6 +336,8 @@ mod tests {
             rate_window_micros: Some(window),
             window_start_micros: start,
             window_starts: starts,
+            fair: false,
+            fair_cursor: None,
             now_micros: now,
         }
     }
@@ -330,6 +352,7 @@ mod tests {
     #[test]
     fn limits_are_checked_before_any_sql() {
         assert!(TypeLimits::new().validate().is_err());
+        assert!(TypeLimits::new().fair_between_users().validate().is_ok());
         assert!(TypeLimits::new().max_running(0).validate().is_err());
         assert!(
             TypeLimits::new()

@@ -76,6 +76,10 @@ const RUNNING_INDEX: &str = "ALTER TABLE task_run ADD UNIQUE INDEX task_running_
 // m20261204_000010_task_dedup_snoozes: ALGORITHM=INSTANT where the server has it
 const SNOOZES: &str = "ALTER TABLE task_run ADD COLUMN snoozes int NOT NULL DEFAULT 0";
 
+// m20261205_000011_task_dedup_limits (the table of limits is the migration's)
+const USER_QUEUE_INDEX: &str = "ALTER TABLE task_run ADD INDEX task_run_user_queue_idx \
+    (task_type, status, user_id, priority DESC, run_at, created_at, id)";
+
 // m20261202_000006_task_dedup_maintenance (the table of paused types is the migration's)
 const FINISHED_INDEX: &str =
     "ALTER TABLE task_run ADD INDEX task_run_finished_idx (status, finished_at)";
@@ -242,8 +246,10 @@ pub(super) async fn prepare(run: &Run<'_>, name: &str) -> Result<(), OnlineError
         }
         // A function (PostgreSQL) or nothing: no lock a writer waits behind.
         "m20261203_000009_task_dedup_pooler_function" => {}
-        // A new table: nothing of task_run's changes.
-        "m20261205_000011_task_dedup_limits" => {}
+        "m20261205_000011_task_dedup_limits" => {
+            let queue = ("task_run_user_queue_idx", USER_QUEUE_INDEX);
+            conn.index(run, name, queue, Dedup::Nothing).await?;
+        }
         "m20261204_000010_task_dedup_snoozes" => {
             conn.column(run, name, "snoozes", SNOOZES).await?;
         }

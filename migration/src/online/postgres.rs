@@ -26,7 +26,7 @@ const INDEX_STATE: &str = "SELECT i.indisvalid AS valid FROM pg_index i \
 
 /// The indexes task-dedup builds, final and interim names: the INVALID ones among them
 /// are dropped by [`repair`] and built again.
-const OURS: [&str; 10] = [
+const OURS: [&str; 12] = [
     "task_run_lookup_idx",
     "task_run_claim_idx",
     CLAIM_INTERIM,
@@ -37,6 +37,8 @@ const OURS: [&str; 10] = [
     "task_run_status_created_idx",
     "task_run_type_status_created_idx",
     "task_run_created_idx",
+    "task_run_key_prefix_idx",
+    "task_run_user_queue_idx",
 ];
 
 // m20261130_000001_task_dedup_create_task_run (on a table that exists already).
@@ -82,6 +84,10 @@ const RUNNING_INDEX: &str = "CREATE UNIQUE INDEX CONCURRENTLY task_running_resou
 // m20261204_000010_task_dedup_snoozes: a constant default, kept in the catalog (no rewrite)
 const SNOOZES: &str =
     "ALTER TABLE task_run ADD COLUMN IF NOT EXISTS snoozes integer NOT NULL DEFAULT 0";
+
+// m20261205_000011_task_dedup_limits (the table of limits is the migration's)
+const USER_QUEUE_INDEX: &str = "CREATE INDEX CONCURRENTLY task_run_user_queue_idx ON task_run \
+    (task_type, user_id, priority DESC, run_at, created_at, id) WHERE status = 'queued'";
 
 // m20261202_000006_task_dedup_maintenance (the table of paused types is the migration's)
 const FINISHED_INDEX: &str =
@@ -250,8 +256,10 @@ pub(super) async fn prepare(run: &Run<'_>, name: &str) -> Result<(), OnlineError
         }
         // A function (PostgreSQL) or nothing: no lock a writer waits behind.
         "m20261203_000009_task_dedup_pooler_function" => {}
-        // A new table: nothing of task_run's changes.
-        "m20261205_000011_task_dedup_limits" => {}
+        "m20261205_000011_task_dedup_limits" => {
+            let queue = ("task_run_user_queue_idx", USER_QUEUE_INDEX);
+            conn.index(run, name, queue, Dedup::Nothing).await?;
+        }
         "m20261204_000010_task_dedup_snoozes" => {
             conn.column(run, name, "snoozes", SNOOZES).await?;
         }
