@@ -10,14 +10,15 @@ use common::TestDb;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use sea_orm::{DatabaseConnection, EntityTrait};
 use task_dedup::{
-    HandlerError, Job, NewTask, OnConflict, RetryPolicy, Schedule, Task, TaskDedup, TaskKey,
-    TaskStatus, TaskWorker, Worker, task_run,
+    HandlerError, Job, NewTask, OnConflict, RetryPolicy, Schedule, Task, TaskAdmin, TaskDedup,
+    TaskKey, TaskStatus, TaskWorker, TypeLimits, Worker, task_run,
 };
 use tokio_util::sync::CancellationToken;
 
 matrix!(
     a_known_run_is_counted,
-    periodic_ticks_are_counted_per_outcome
+    periodic_ticks_are_counted_per_outcome,
+    limit_waits_are_counted_per_limit
 );
 
 /// The process's recorder: metrics are global, so the dialects take turns.
@@ -253,4 +254,57 @@ async fn periodic_ticks_are_counted_per_outcome(db: &TestDb) {
     .map(|(name, n)| (name.to_owned(), n))
     .collect();
     assert_eq!(periodic, expected);
+}
+
+/// Claims of a limited type that left due tasks queued, counted per limit that did.
+async fn limit_waits_are_counted_per_limit(db: &TestDb) {
+    let _turn = TURN.lock().await;
+    db.migrate().await;
+    let lease = Duration::from_secs(60);
+    db.db
+        .set_limits("export", &TypeLimits::new().max_running(1))
+        .await
+        .expect("set");
+    db.db
+        .set_limits(
+            "mail",
+            &TypeLimits::new().rate(1, Duration::from_secs(30 * 24 * 3600)),
+        )
+        .await
+        .expect("set");
+    db.db
+        .set_limits("sync", &TypeLimits::new().max_running_per_user(1))
+        .await
+        .expect("set");
+    for task_type in ["export", "mail", "sync"] {
+        for resource in ["a", "b"] {
+            let key = TaskKey::new("u", task_type, resource).expect("key");
+            db.db
+                .find_or_enqueue(NewTask::new(key))
+                .await
+                .expect("enqueue");
+        }
+    }
+    recorded();
+    for task_type in ["export", "mail", "sync"] {
+        let first = db
+            .db
+            .claim_many("w", &[task_type], lease, 2)
+            .await
+            .expect("claim");
+        assert_eq!(first.len(), 1, "{task_type}");
+        let second = db
+            .db
+            .claim_many("w", &[task_type], lease, 2)
+            .await
+            .expect("claim");
+        assert!(second.is_empty(), "{task_type}");
+    }
+    let seen = recorded();
+    for limit in ["max_running", "rate", "max_running_per_user"] {
+        assert!(
+            seen.get(&format!("task_dedup_limit_waits_total{{limit={limit}}}")) >= Some(&1),
+            "{limit}: {seen:?}"
+        );
+    }
 }

@@ -4,6 +4,7 @@
 //! task-dedup tasks list --status failed --type export      # also show, retry, cancel,
 //! task-dedup tasks retry --status failed --limit 100       #   delete, stats
 //! task-dedup pause export                                  # resume, paused
+//! task-dedup limits set export --max-running 2 --per-user 1  # list, clear
 //! task-dedup prune --failed 30d
 //! task-dedup migrate up                                    # as task-dedup-migrate
 //! ```
@@ -18,6 +19,7 @@
 //! one line on stderr, `task-dedup: <what went wrong>`.
 
 mod failure;
+mod limits;
 mod ops;
 mod output;
 mod tasks;
@@ -68,6 +70,10 @@ enum Command {
     },
     /// List the paused task types.
     Paused,
+    /// Limits per task type, across every worker: running at once, per user, starts per
+    /// window, users in turn.
+    #[command(subcommand)]
+    Limits(limits::LimitsCommand),
     /// Delete the finished tasks past their retention (a worker's defaults unless set).
     Prune(ops::PruneArgs),
     /// Apply or roll back task-dedup's migrations (the commands of task-dedup-migrate).
@@ -121,6 +127,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Pause { task_type } => ops::pause(&db, &task_type, true, json).await,
         Command::Resume { task_type } => ops::pause(&db, &task_type, false, json).await,
         Command::Paused => ops::paused(&db, json).await,
+        Command::Limits(limits) => limits.run(&db, json).await,
         Command::Prune(prune) => prune.run(&db, json).await,
         // Run above, before any other connection.
         Command::Migrate(_) => Ok(()),

@@ -30,6 +30,7 @@ matrix!(
     bulk_actions_need_a_limit_and_respect_it,
     stats_pause_resume_and_prune,
     an_unmigrated_database_is_named_then_migrate_fixes_it,
+    limits_set_list_and_clear,
 );
 
 /// What one run printed, and its status.
@@ -605,4 +606,68 @@ async fn schema_flag(db: &TestDb) {
     // The default schema, public, was never migrated.
     let line = refused(&["-u", &db.url, "paused"], 1);
     assert!(line.contains("run `task-dedup migrate up`"), "{line}");
+}
+
+async fn limits_set_list_and_clear(db: &TestDb) {
+    db.migrate().await;
+    assert_eq!(ok(db, &["limits", "list"]), "no task type is limited\n");
+    let set = json(
+        db,
+        &[
+            "limits",
+            "set",
+            "export",
+            "--max-running",
+            "2",
+            "--per-user",
+            "1",
+            "--rate",
+            "60/1m",
+            "--fair",
+        ],
+    );
+    assert_eq!(set["set"]["task_type"], "export");
+    assert_eq!(set["set"]["max_running"], 2);
+    assert_eq!(set["set"]["max_running_per_user"], 1);
+    assert_eq!(
+        set["set"]["rate"],
+        serde_json::json!({"starts": 60, "per_seconds": 60.0})
+    );
+    assert_eq!(set["set"]["fair"], true);
+    let stored = db.db.limits().await.unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].limits.max_running, Some(2));
+
+    rows::insert(&db.db, ("u1", "export", "r/1"), TaskStatus::Queued, at(0))
+        .await
+        .expect("seed");
+    db.db
+        .claim_many("w", &[], std::time::Duration::from_secs(60), 5)
+        .await
+        .expect("claim");
+    let text = ok(db, &["limits", "list"]);
+    assert!(text.starts_with("TYPE"), "{text}");
+    assert!(text.contains("export") && text.contains("1/2"), "{text}");
+    assert!(text.contains("60/1m (1 used)"), "{text}");
+    assert_eq!(json(db, &["limits", "list"])["limits"][0]["running"], 1);
+
+    // Bad input: usage errors before any SQL, or the library's refusal.
+    let url = db.url.as_str();
+    refused(&["-u", url, "limits", "set", "export", "--rate", "60"], 2);
+    let line = refused(&["-u", url, "limits", "set", "export"], 2);
+    assert!(line.contains("limits"), "{line}");
+    refused(
+        &["-u", url, "limits", "set", "export", "--max-running", "0"],
+        2,
+    );
+
+    assert_eq!(
+        json(db, &["limits", "clear", "export"]),
+        serde_json::json!({"task_type": "export", "cleared": true})
+    );
+    assert_eq!(
+        ok(db, &["limits", "clear", "export"]),
+        "export had no limits\n"
+    );
+    assert!(db.db.limits().await.unwrap().is_empty());
 }

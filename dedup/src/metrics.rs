@@ -79,11 +79,11 @@ mod enabled {
             .record(claim_to_finish.as_secs_f64());
     }
 
-    #[cfg_attr(not(feature = "worker"), allow(dead_code))]
     pub(crate) fn limit_waited(limit: &'static str) {
         metrics::counter!("task_dedup_limit_waits_total", "limit" => limit).increment(1);
     }
 
+    #[cfg_attr(not(feature = "worker"), allow(dead_code))]
     pub(crate) fn timed_out() {
         metrics::counter!("task_dedup_timed_out_total").increment(1);
     }
@@ -111,8 +111,8 @@ mod enabled {
     pub(crate) fn periodic_ticks(_: &'static str, _: &'static str, _: u64) {}
     #[cfg_attr(not(feature = "worker"), allow(dead_code))]
     pub(crate) fn handled(_: &'static str, _: Duration) {}
-    #[cfg_attr(not(feature = "worker"), allow(dead_code))]
     pub(crate) fn limit_waited(_: &'static str) {}
+    #[cfg_attr(not(feature = "worker"), allow(dead_code))]
     pub(crate) fn timed_out() {}
     #[cfg_attr(not(all(feature = "worker", feature = "postgres")), allow(dead_code))]
     pub(crate) fn listener_unheard() {}
