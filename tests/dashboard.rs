@@ -27,6 +27,7 @@ matrix!(
     task_page_shows_the_task_and_bad_ids_are_404,
     a_snoozed_task_is_marked_in_the_list_and_counted_on_its_page,
     actions_retry_cancel_delete_pause_and_resume,
+    limits_are_shown_set_and_cleared,
     retry_of_a_held_key_is_409_naming_the_holder,
     actions_on_tasks_in_the_wrong_state_are_409,
     actions_without_the_csrf_token_or_cross_site_are_403,
@@ -661,6 +662,97 @@ async fn actions_retry_cancel_delete_pause_and_resume(db: &TestDb) {
     assert!(page.flash().0.contains("resumed"));
     assert!(db.db.paused().await.expect("paused").is_empty());
     assert!(page.all("#paused-types li").is_empty());
+}
+
+/// The limits section: set through its form (stored as `TaskAdmin::set_limits` stores
+/// them), the running tasks shown against the limit, bad input a 400 that changes
+/// nothing, cleared with its row's button; no form and a 403 in read-only mode.
+async fn limits_are_shown_set_and_cleared(db: &TestDb) {
+    db.migrate().await;
+    for key in ["a", "b"] {
+        insert(db, Seed::new("export", key, TaskStatus::Queued, 0)).await;
+    }
+    let mut browser = Browser::new(app(db, false));
+    let page = browser.get(PREFIX).await;
+    assert_eq!(page.text("#limits-section p.empty"), "No type is limited.");
+
+    let page = browser
+        .act(
+            &format!("{PREFIX}/limits"),
+            &[
+                ("task_type", "export"),
+                ("max_running", "2"),
+                ("per_user", ""),
+                ("rate_starts", "10"),
+                ("rate_per_seconds", "60"),
+                ("fair", "on"),
+                ("limits_action", "set"),
+            ],
+        )
+        .await;
+    assert!(page.flash().0.contains("Limits set"), "{}", page.body);
+    let stored = db.db.limits().await.expect("limits");
+    assert_eq!(stored.len(), 1);
+    let limits = &stored[0].limits;
+    assert_eq!(limits.max_running, Some(2));
+    assert_eq!(limits.max_running_per_user, None);
+    assert_eq!(
+        limits.rate.map(|r| (r.starts, r.per.as_secs())),
+        Some((10, 60))
+    );
+    assert!(limits.fair);
+
+    db.db
+        .claim_many("w", &[], std::time::Duration::from_secs(60), 1)
+        .await
+        .expect("claim");
+    let page = browser.get(PREFIX).await;
+    let row = "#limits tr[data-task-type=export]";
+    assert_eq!(page.text(&format!("{row} td[data-limit=running]")), "1 / 2");
+    assert_eq!(page.text(&format!("{row} td[data-limit=per-user]")), "—");
+    assert_eq!(page.text(&format!("{row} td[data-limit=fair]")), "yes");
+    assert!(
+        page.text(&format!("{row} td[data-limit=rate]"))
+            .contains("(1 used)")
+    );
+
+    // Refused input changes nothing.
+    let token = browser.csrf_token().await;
+    for (field, value) in [
+        ("max_running", "two"),
+        ("max_running", "0"),
+        ("rate_starts", "5"),
+    ] {
+        let page = browser
+            .post(
+                &format!("{PREFIX}/limits"),
+                &[
+                    ("csrf_token", &token),
+                    ("task_type", "export"),
+                    (field, value),
+                ],
+            )
+            .await;
+        assert_eq!(page.status, StatusCode::BAD_REQUEST, "{field}={value}");
+    }
+    assert_eq!(db.db.limits().await.expect("limits")[0].limits, *limits);
+
+    let page = browser
+        .act(
+            &format!("{PREFIX}/limits"),
+            &[("task_type", "export"), ("limits_action", "clear")],
+        )
+        .await;
+    assert!(page.flash().0.contains("cleared"));
+    assert!(db.db.limits().await.expect("limits").is_empty());
+
+    let mut reader = Browser::new(app(db, true));
+    let page = reader.get(PREFIX).await;
+    assert!(page.all("#set-limits").is_empty());
+    let page = reader
+        .post(&format!("{PREFIX}/limits"), &[("task_type", "export")])
+        .await;
+    assert_eq!(page.status, StatusCode::FORBIDDEN);
 }
 
 async fn retry_of_a_held_key_is_409_naming_the_holder(db: &TestDb) {

@@ -1,5 +1,5 @@
-//! The actions: `POST /tasks/{id}/{retry|cancel|delete}` and
-//! `POST /types/{type}/{pause|resume}`. Each is refused (403) in read-only mode and
+//! The actions: `POST /tasks/{id}/{retry|cancel|delete}`,
+//! `POST /types/{type}/{pause|resume}` and `POST /limits` (set or clear a type's limits). Each is refused (403) in read-only mode and
 //! without a valid CSRF token, before anything else is looked at; a success answers
 //! `303 See Other` to the page that shows its outcome.
 
@@ -8,7 +8,9 @@ use axum::extract::Path;
 use axum::extract::rejection::PathRejection;
 use axum::response::Response;
 use serde::Deserialize;
-use task_dedup::{TaskAdmin, TaskWorker};
+use std::time::Duration;
+
+use task_dedup::{TaskAdmin, TaskWorker, TypeLimits};
 
 use crate::context::Ctx;
 use crate::error::Error;
@@ -24,6 +26,15 @@ const DEFAULT_REASON: &str = "cancelled from the dashboard";
 struct Form {
     csrf_token: Option<String>,
     reason: Option<String>,
+    // The limits form's fields (`POST /limits`): empty means not set.
+    task_type: Option<String>,
+    max_running: Option<String>,
+    per_user: Option<String>,
+    rate_starts: Option<String>,
+    rate_per_seconds: Option<String>,
+    fair: Option<String>,
+    /// `clear` to remove the type's limits, else set.
+    limits_action: Option<String>,
 }
 
 /// The form, once the request may act (read-only mode, CSRF).
@@ -97,4 +108,69 @@ pub(crate) async fn task_type(
         )))
     };
     ctx.respond(outcome.await)
+}
+
+/// `POST /limits`: sets the limits the form gives for its `task_type`, replacing any it
+/// had, or clears them (`limits_action=clear`).
+pub(crate) async fn limits(ctx: Ctx, body: Bytes) -> Response {
+    let outcome = async {
+        let form = allowed(&ctx, &body)?;
+        let task_type = form.task_type.as_deref().map(str::trim).unwrap_or_default();
+        let db = &ctx.app.db;
+        let flash = if form.limits_action.as_deref() == Some("clear") {
+            if db.clear_limits(task_type).await? {
+                "limits-cleared"
+            } else {
+                "no-limits"
+            }
+        } else {
+            db.set_limits(task_type, &limits_of(&form)?).await?;
+            "limited"
+        };
+        Ok(ctx.see_other(&format!(
+            "{}?{}",
+            ctx.home(),
+            format::query(&[("flash", flash)])
+        )))
+    };
+    ctx.respond(outcome.await)
+}
+
+/// The limits the form sets; the library checks their ranges.
+fn limits_of(form: &Form) -> Result<TypeLimits, Error> {
+    fn number<T: std::str::FromStr>(
+        name: &str,
+        field: &Option<String>,
+    ) -> Result<Option<T>, Error> {
+        match field.as_deref().map(str::trim) {
+            None | Some("") => Ok(None),
+            Some(text) => text
+                .parse()
+                .map(Some)
+                .map_err(|_| Error::BadRequest(format!("{name}: not a whole number: {text:?}"))),
+        }
+    }
+    let mut limits = TypeLimits::new();
+    if let Some(n) = number("max_running", &form.max_running)? {
+        limits = limits.max_running(n);
+    }
+    if let Some(n) = number("per_user", &form.per_user)? {
+        limits = limits.max_running_per_user(n);
+    }
+    match (
+        number::<u32>("rate_starts", &form.rate_starts)?,
+        number::<u64>("rate_per_seconds", &form.rate_per_seconds)?,
+    ) {
+        (None, None) => {}
+        (Some(starts), Some(per)) => limits = limits.rate(starts, Duration::from_secs(per)),
+        _ => {
+            return Err(Error::BadRequest(
+                "a rate needs both its starts and its window".to_owned(),
+            ));
+        }
+    }
+    if form.fair.is_some() {
+        limits = limits.fair_between_users();
+    }
+    Ok(limits)
 }

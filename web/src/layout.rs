@@ -49,6 +49,9 @@ impl Flash {
             "resumed" => "Task type resumed.",
             "already-paused" => "That task type was paused already.",
             "not-paused" => "That task type was not paused.",
+            "limited" => "Limits set: every worker enforces them from its next claim on.",
+            "limits-cleared" => "Limits cleared.",
+            "no-limits" => "That task type had no limits.",
             _ => return None,
         };
         Some(Flash {

@@ -5,7 +5,9 @@
 //! - **Overview**: tasks per type and status (counted up to
 //!   [`DEFAULT_COUNT_LIMIT`](task_dedup::DEFAULT_COUNT_LIMIT), then shown as "1,000+", so
 //!   that the page stays fast on a large table), a throughput chart of the last hour (SVG),
-//!   the oldest queued task per type, the paused types, pause and resume per type.
+//!   the oldest queued task per type, the paused types, pause and resume per type, the
+//!   limits per type (tasks running against them, starts in the rate's window), set
+//!   and cleared.
 //! - **Tasks**: the list with the filters of [`TaskAdmin::list_tasks`](task_dedup::TaskAdmin::list_tasks) (status, type,
 //!   user, key prefix, creation time, order) in keyset pages.
 //! - **Task**: one task, its payload and result pretty-printed, its error, attempts,
@@ -156,6 +158,7 @@ impl Dashboard {
     /// | `GET /tasks/{id}` | one task |
     /// | `POST /tasks/{id}/retry`, `/cancel`, `/delete` | the actions on a task |
     /// | `POST /types/{type}/pause`, `/resume` | pause or resume a task type |
+    /// | `POST /limits` | set a task type's limits (`task_type`, `max_running`, `per_user`, `rate_starts`, `rate_per_seconds`, `fair`), or clear them (`limits_action=clear`) |
     /// | `GET /style.css` | the style sheet |
     pub fn router(self) -> Router {
         Router::new()
@@ -164,6 +167,7 @@ impl Dashboard {
             .route("/tasks/{id}", get(task::page))
             .route("/tasks/{id}/{action}", post(actions::task))
             .route("/types/{task_type}/{action}", post(actions::task_type))
+            .route("/limits", post(actions::limits))
             .route("/style.css", get(layout::style))
             .fallback(context::not_found)
             .method_not_allowed_fallback(context::method_not_allowed)

@@ -1,5 +1,5 @@
 //! `GET /`: tasks per type and status, the throughput of the last hour, the oldest queued
-//! task per type, the paused types.
+//! task per type, the paused types, the limits per type (and the form that sets them).
 
 use std::collections::BTreeMap;
 
@@ -10,7 +10,8 @@ use chrono::{DateTime, Utc};
 use maud::{Markup, html};
 use serde::Deserialize;
 use task_dedup::{
-    DEFAULT_COUNT_LIMIT, MinuteCounts, OldestQueued, TaskAdmin, TaskStatus, TaskWorker, Throughput,
+    DEFAULT_COUNT_LIMIT, LimitedType, MinuteCounts, OldestQueued, TaskAdmin, TaskStatus,
+    TaskWorker, Throughput,
 };
 
 use crate::context::Ctx;
@@ -59,6 +60,7 @@ async fn overview(ctx: &Ctx, flash: Option<Flash>) -> Result<Response, Error> {
     let throughput = db.throughput().await?;
     let oldest = db.oldest_queued().await?;
     let paused = db.paused().await?;
+    let limits = db.limits().await?;
 
     let mut types: BTreeMap<&str, TypeRow<'_>> = BTreeMap::new();
     for count in &counts {
@@ -138,6 +140,7 @@ async fn overview(ctx: &Ctx, flash: Option<Flash>) -> Result<Response, Error> {
                 }
             }
         }
+        (limits_section(ctx, &limits))
     };
     Ok(ctx.html(
         StatusCode::OK,
@@ -182,6 +185,73 @@ fn type_row(ctx: &Ctx, task_type: &str, row: &TypeRow<'_>) -> Markup {
                         (csrf_field(ctx))
                         button type="submit" data-action=(action) data-task-type=(task_type) { (label) }
                     }
+                }
+            }
+        }
+    }
+}
+
+/// The limited types: their limits, the running tasks against them (the slots in use),
+/// the starts in the rate's window; a clear button each and a form that sets a type's.
+fn limits_section(ctx: &Ctx, limits: &[LimitedType]) -> Markup {
+    let count = |n: Option<u32>| n.map_or_else(|| "—".to_owned(), |n| format::count(u64::from(n)));
+    html! {
+        section #limits-section {
+            h2 { "Limits" }
+            @if limits.is_empty() {
+                p.empty { "No type is limited." }
+            } @else {
+                table #limits {
+                    thead {
+                        tr {
+                            th scope="col" { "Type" }
+                            th scope="col" .num { "Running" }
+                            th scope="col" .num { "Per user" }
+                            th scope="col" { "Rate" }
+                            th scope="col" { "Users in turn" }
+                            @if !ctx.app.read_only { th scope="col" { span.visually-hidden { "Actions" } } }
+                        }
+                    }
+                    tbody {
+                        @for limit in limits {
+                            tr data-task-type=(limit.task_type) {
+                                th scope="row" { (limit.task_type) }
+                                td.num data-limit="running" {
+                                    (format::count(limit.running))
+                                    @if let Some(max) = limit.limits.max_running { " / " (format::count(u64::from(max))) }
+                                }
+                                td.num data-limit="per-user" { (count(limit.limits.max_running_per_user)) }
+                                td data-limit="rate" {
+                                    @if let Some(rate) = limit.limits.rate {
+                                        (format::count(u64::from(rate.starts))) " per " (format::age(rate.per))
+                                        " (" (format::count(limit.starts_in_window)) " used)"
+                                    } @else { "—" }
+                                }
+                                td data-limit="fair" { @if limit.limits.fair { "yes" } @else { "no" } }
+                                @if !ctx.app.read_only {
+                                    td {
+                                        form method="post" action=(ctx.url("/limits")) {
+                                            (csrf_field(ctx))
+                                            input type="hidden" name="task_type" value=(limit.task_type);
+                                            button type="submit" name="limits_action" value="clear" data-action="clear-limits" { "Clear" }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            @if !ctx.app.read_only {
+                form #set-limits method="post" action=(ctx.url("/limits")) {
+                    (csrf_field(ctx))
+                    label { "Type " input type="text" name="task_type" required; }
+                    label { "Running at most " input type="number" name="max_running" min="1"; }
+                    label { "Per user " input type="number" name="per_user" min="1"; }
+                    label { "Starts " input type="number" name="rate_starts" min="1"; }
+                    label { "per seconds " input type="number" name="rate_per_seconds" min="1"; }
+                    label { input type="checkbox" name="fair" value="on"; " users in turn" }
+                    button type="submit" name="limits_action" value="set" data-action="set-limits" { "Set limits" }
                 }
             }
         }
