@@ -22,6 +22,9 @@ pub mod guide {
     #[doc = include_str!("../dedup/src/guide/periodic_and_maintenance.md")]
     pub mod periodic_and_maintenance {}
 
+    #[doc = include_str!("../dedup/src/guide/flow_control.md")]
+    pub mod flow_control {}
+
     #[doc = include_str!("../dedup/src/guide/operating.md")]
     pub mod operating {}
 

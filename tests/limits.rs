@@ -716,3 +716,117 @@ async fn workers_in_two_processes_stay_within_the_limits(db: &TestDb) {
     let owners: HashSet<_> = rows.iter().filter_map(|t| t.lease_owner.clone()).collect();
     assert_eq!(owners.len(), 2, "both processes claimed: {owners:?}");
 }
+
+/// The fairness figure of BENCHMARKS.md ("Fair claims"): a light user's enqueue-to-start
+/// times (by the database's clock) while a heavy user's backlog drains, against the same
+/// without the backlog, and with the backlog but no fairness. A measurement, not a
+/// check: ignored by default, run with
+/// `cargo test --release --test limits -- --ignored --nocapture fairness_figure`.
+mod fairness_figure {
+    use crate::common::{Dialect, run};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "a measurement (BENCHMARKS.md \"Fair claims\")"]
+    async fn postgres() {
+        run(Dialect::Postgres, "fairness_figure", super::fairness_figure).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "a measurement (BENCHMARKS.md \"Fair claims\")"]
+    async fn mysql() {
+        run(Dialect::MySql, "fairness_figure", super::fairness_figure).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "a measurement (BENCHMARKS.md \"Fair claims\")"]
+    async fn sqlite() {
+        run(Dialect::Sqlite, "fairness_figure", super::fairness_figure).await;
+    }
+}
+
+async fn fairness_figure(db: &TestDb) {
+    db.migrate().await;
+    let backlog: usize = std::env::var("FAIRNESS_BACKLOG")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(10_000);
+    for (case, heavy, fair) in [
+        ("no backlog, fair", 0, true),
+        ("heavy backlog, fair", backlog, true),
+        ("no backlog, no limits", 0, false),
+        ("heavy backlog, no limits", backlog, false),
+    ] {
+        db.exec("DELETE FROM task_run").await;
+        if fair {
+            db.db
+                .set_limits("report", &TypeLimits::new().fair_between_users())
+                .await
+                .expect("set");
+        } else {
+            db.db.clear_limits("report").await.expect("clear");
+        }
+        let keys: Vec<usize> = (0..heavy).collect();
+        for chunk in keys.chunks(1_000) {
+            let tasks = chunk.iter().map(|i| {
+                NewTask::new(TaskKey::new("heavy", "report", i.to_string()).expect("key"))
+            });
+            db.db.find_or_enqueue_many(tasks).await.expect("backlog");
+        }
+        let shutdown = CancellationToken::new();
+        let mut workers = Vec::new();
+        for w in 0..2 {
+            let worker = Worker::builder(db.db.clone())
+                .id(format!("w{w}"))
+                .concurrency(4)
+                .retention(Retention::off())
+                .handler(|_: task_run::Model, _: CancellationToken| async {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    Ok(None)
+                })
+                .build()
+                .expect("worker");
+            let shutdown = shutdown.clone();
+            workers.push(tokio::spawn(async move { worker.run(shutdown).await }));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        for i in 0..40 {
+            enqueue(&db.db, "light", "report", &i.to_string()).await;
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        let deadline = Instant::now() + Duration::from_secs(300);
+        let light = loop {
+            let light: Vec<task_run::Model> = common::rows::all(&db.db)
+                .await
+                .into_iter()
+                .filter(|t| t.user_id == "light")
+                .collect();
+            if light.iter().all(|t| t.started_at.is_some()) {
+                break light;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the light user's tasks never started"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        shutdown.cancel();
+        for worker in workers {
+            worker.await.expect("worker").expect("run");
+        }
+        let mut waits: Vec<f64> = light
+            .iter()
+            .map(|t| {
+                let started = t.started_at.expect("started");
+                (started - t.created_at).num_microseconds().unwrap_or(0) as f64 / 1000.0
+            })
+            .collect();
+        waits.sort_by(f64::total_cmp);
+        println!(
+            "{:?} {case} (heavy {heavy}): light user's enqueue-to-start p50 {:.1} ms, p90 {:.1} ms, max {:.1} ms",
+            db.dialect,
+            waits[waits.len() / 2],
+            waits[waits.len() * 9 / 10],
+            waits[waits.len() - 1]
+        );
+    }
+}

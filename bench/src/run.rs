@@ -228,6 +228,20 @@ pub async fn prepare_schema(args: &Args) -> Result<(), String> {
             .await
             .map_err(|e| e.to_string())?;
     }
+    // A limit on the bench's task type (`noop`), set high enough not to bind: what
+    // limits cost a drain (bench/pairs.sh, BENCHMARKS.md "Limits per type").
+    if let Ok(limit) = std::env::var("BENCH_LIMIT") {
+        let limit = limit
+            .parse::<u32>()
+            .map_err(|e| format!("BENCH_LIMIT: {e}"))?;
+        let mut limits = task_dedup::TypeLimits::new().max_running(limit);
+        if std::env::var("BENCH_FAIR").is_ok() {
+            limits = limits.fair_between_users();
+        }
+        task_dedup::TaskAdmin::set_limits(&db, "noop", &limits)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
     if !args.strategy.uses_unique_index() {
         let drop = match db.get_database_backend() {
             DbBackend::MySql => "ALTER TABLE task_run DROP INDEX task_active_resource_uidx",

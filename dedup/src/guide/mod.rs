@@ -9,11 +9,13 @@
 //!    the `Worker` runtime, the primitives under it.
 //! 4. [Periodic tasks and maintenance](periodic_and_maintenance): schedules without a
 //!    leader, retention, pausing a task type.
-//! 5. [Operating: command, dashboard, poolers](operating): the admin API, the
+//! 5. [Flow control](flow_control): limits per task type across every worker (running
+//!    at once, per user, starts per window) and fair claims between users.
+//! 6. [Operating: command, dashboard, poolers](operating): the admin API, the
 //!    `task-dedup` command, the dashboard, pools and poolers.
-//! 6. [Upgrading](upgrading): the migrations standalone and online (a big, live table
+//! 7. [Upgrading](upgrading): the migrations standalone and online (a big, live table
 //!    keeps its writes), older and hand-made tables.
-//! 7. [Failure model](failure_model): what each database enforces, and what a lost
+//! 8. [Failure model](failure_model): what each database enforces, and what a lost
 //!    connection, a deadlock or a crash does to each operation.
 //!
 //! Every Rust example in these chapters is compiled and run by `cargo test --workspace`
@@ -30,6 +32,9 @@ pub mod typed_tasks_and_worker {}
 
 #[doc = include_str!("periodic_and_maintenance.md")]
 pub mod periodic_and_maintenance {}
+
+#[doc = include_str!("flow_control.md")]
+pub mod flow_control {}
 
 #[doc = include_str!("operating.md")]
 pub mod operating {}
