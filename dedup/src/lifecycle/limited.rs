@@ -83,7 +83,12 @@ async fn start(
         // Cleared since this process read the list: the other claims take its tasks.
         return Ok(Vec::new());
     };
-    let running = txn.running_per_user(task_type).await?;
+    // Counted only for a limit on running tasks (a rate or fairness alone needs none).
+    let running = if limits.max_running.is_some() || limits.max_running_per_user.is_some() {
+        txn.running_per_user(task_type).await?
+    } else {
+        Vec::new()
+    };
     let room = Room::of(&limits, &running, max);
     if room.tasks <= 0 {
         if let Some(limit) = room.bound {
@@ -135,7 +140,9 @@ async fn start(
     // The next fair claim goes on after the last user served, or, when none had a task
     // due, after the last user walked (so users whose tasks are not due yet do not hold
     // the turn).
-    if let Some(user) = served.or(walked.as_deref()) {
+    if let Some(user) = served.or(walked.as_deref())
+        && limits.fair_cursor.as_deref() != Some(user)
+    {
         txn.set_fair_cursor(task_type, user).await?;
     }
     if !excluded.is_empty() && (ids.len() as i64) < room.tasks {
