@@ -6,8 +6,7 @@
 mod common;
 
 use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -47,6 +46,15 @@ async fn enqueue(db: &DatabaseConnection, user: &str, task_type: &str, resource:
         .await
         .expect("enqueue");
     assert!(outcome.is_created());
+}
+
+async fn limit(db: &DatabaseConnection, task_type: &str, limits: TypeLimits) {
+    db.set_limits(task_type, &limits).await.expect("set limits");
+}
+
+/// Worker `w`'s claim of up to `max` tasks of `types`.
+async fn claimed(db: &DatabaseConnection, types: &[&str], max: usize) -> Vec<task_run::Model> {
+    db.claim_many("w", types, LEASE, max).await.expect("claim")
 }
 
 async fn running(db: &DatabaseConnection, task_type: &str) -> i64 {
@@ -89,10 +97,7 @@ async fn race(
 /// every claimer takes its 4: checked.)
 async fn racing_claimers_never_exceed_the_global_limit(db: &TestDb) {
     db.migrate().await;
-    db.db
-        .set_limits("export", &TypeLimits::new().max_running(3))
-        .await
-        .expect("set");
+    limit(&db.db, "export", TypeLimits::new().max_running(3)).await;
     for i in 0..40 {
         enqueue(&db.db, &format!("u{}", i % 5), "export", &i.to_string()).await;
     }
@@ -119,10 +124,7 @@ async fn racing_claimers_never_exceed_the_global_limit(db: &TestDb) {
 /// exactly 2 of each, the batch passing over a user's tasks beyond its room.
 async fn racing_claimers_never_exceed_the_per_user_limit(db: &TestDb) {
     db.migrate().await;
-    db.db
-        .set_limits("sync", &TypeLimits::new().max_running_per_user(2))
-        .await
-        .expect("set");
+    limit(&db.db, "sync", TypeLimits::new().max_running_per_user(2)).await;
     for i in 0..10 {
         enqueue(&db.db, "heavy", "sync", &i.to_string()).await;
     }
@@ -167,10 +169,7 @@ async fn racing_claimers_never_exceed_the_per_user_limit(db: &TestDb) {
 async fn the_rate_limit_counts_starts_across_claims(db: &TestDb) {
     db.migrate().await;
     let window = Duration::from_secs(30 * 24 * 3600);
-    db.db
-        .set_limits("mail", &TypeLimits::new().rate(5, window))
-        .await
-        .expect("set");
+    limit(&db.db, "mail", TypeLimits::new().rate(5, window)).await;
     for i in 0..20 {
         enqueue(&db.db, &format!("u{i}"), "mail", &i.to_string()).await;
     }
@@ -201,10 +200,7 @@ async fn the_rate_limit_counts_starts_across_claims(db: &TestDb) {
 /// served; the one per key rule and per-user limits hold the same.
 async fn fair_claims_take_users_in_turn(db: &TestDb) {
     db.migrate().await;
-    db.db
-        .set_limits("report", &TypeLimits::new().fair_between_users())
-        .await
-        .expect("set");
+    limit(&db.db, "report", TypeLimits::new().fair_between_users()).await;
     for i in 0..50 {
         enqueue(&db.db, "heavy", "report", &i.to_string()).await;
     }
@@ -244,15 +240,14 @@ async fn fair_claims_take_users_in_turn(db: &TestDb) {
     assert_eq!(order, ["light-1", "heavy", "light-1", "heavy", "heavy"]);
 
     // With a per-user limit too: the heavy user's 5 running tasks take its turn away.
-    db.db
-        .set_limits(
-            "report",
-            &TypeLimits::new()
-                .fair_between_users()
-                .max_running_per_user(5),
-        )
-        .await
-        .expect("set");
+    limit(
+        &db.db,
+        "report",
+        TypeLimits::new()
+            .fair_between_users()
+            .max_running_per_user(5),
+    )
+    .await;
     enqueue(&db.db, "light-2", "report", "later").await;
     assert!(running(&db.db, "report").await >= 5);
     assert_eq!(users(claim(3).await.expect("claim")), ["light-2"]);
@@ -262,10 +257,7 @@ async fn fair_claims_take_users_in_turn(db: &TestDb) {
 /// others, whichever part of the claim goes first.
 async fn other_types_flow_while_a_limited_type_waits(db: &TestDb) {
     db.migrate().await;
-    db.db
-        .set_limits("export", &TypeLimits::new().max_running(1))
-        .await
-        .expect("set");
+    limit(&db.db, "export", TypeLimits::new().max_running(1)).await;
     for i in 0..5 {
         enqueue(&db.db, "u", "export", &i.to_string()).await;
         enqueue(&db.db, "u", "email", &i.to_string()).await;
@@ -273,7 +265,7 @@ async fn other_types_flow_while_a_limited_type_waits(db: &TestDb) {
     let mut exports = 0;
     let mut emails = 0;
     for _ in 0..3 {
-        for task in db.db.claim_many("w", &[], LEASE, 2).await.expect("claim") {
+        for task in claimed(&db.db, &[], 2).await {
             match task.task_type.as_str() {
                 "export" => exports += 1,
                 _ => emails += 1,
@@ -281,68 +273,40 @@ async fn other_types_flow_while_a_limited_type_waits(db: &TestDb) {
         }
     }
     assert_eq!((exports, emails), (1, 5));
-    assert!(
-        db.db
-            .claim_many("w", &["export"], LEASE, 2)
-            .await
-            .expect("claim")
-            .is_empty()
-    );
+    assert!(claimed(&db.db, &["export"], 2).await.is_empty());
 }
 
 /// Lowered below what runs: nothing is interrupted, and nothing starts until the type is
 /// under the new limit.
 async fn lowering_a_limit_interrupts_nothing(db: &TestDb) {
     db.migrate().await;
-    db.db
-        .set_limits("export", &TypeLimits::new().max_running(3))
-        .await
-        .expect("set");
+    limit(&db.db, "export", TypeLimits::new().max_running(3)).await;
     for i in 0..6 {
         enqueue(&db.db, "u", "export", &i.to_string()).await;
     }
-    let claimed = db.db.claim_many("w", &[], LEASE, 6).await.expect("claim");
-    assert_eq!(claimed.len(), 3);
-    db.db
-        .set_limits("export", &TypeLimits::new().max_running(1))
-        .await
-        .expect("lower");
+    let first = claimed(&db.db, &[], 6).await;
+    assert_eq!(first.len(), 3);
+    limit(&db.db, "export", TypeLimits::new().max_running(1)).await;
     assert_eq!(running(&db.db, "export").await, 3, "still running");
-    for task in &claimed {
+    for task in &first {
         db.db
             .heartbeat(task.id, "w", LEASE)
             .await
             .expect("lease still held");
     }
     // 3, 2, then 1 running, the limit 1: nothing starts; at 0, one.
-    for task in &claimed {
-        assert!(
-            db.db
-                .claim_many("w", &[], LEASE, 6)
-                .await
-                .expect("claim")
-                .is_empty()
-        );
+    for task in &first {
+        assert!(claimed(&db.db, &[], 6).await.is_empty());
         db.db.complete(task.id, "w", None).await.expect("complete");
     }
-    assert_eq!(
-        db.db
-            .claim_many("w", &[], LEASE, 6)
-            .await
-            .expect("claim")
-            .len(),
-        1
-    );
+    assert_eq!(claimed(&db.db, &[], 6).await.len(), 1);
 }
 
 /// A worker that died with tasks running holds their slots until their leases expire
 /// and the reaper requeues them; then they start again, within the limit.
 async fn a_dead_workers_tasks_count_until_reaped(db: &TestDb) {
     db.migrate().await;
-    db.db
-        .set_limits("export", &TypeLimits::new().max_running(2))
-        .await
-        .expect("set");
+    limit(&db.db, "export", TypeLimits::new().max_running(2)).await;
     for i in 0..4 {
         enqueue(&db.db, "u", "export", &i.to_string()).await;
     }
@@ -353,13 +317,7 @@ async fn a_dead_workers_tasks_count_until_reaped(db: &TestDb) {
         .await
         .expect("claim");
     assert_eq!(dead.len(), 2);
-    assert!(
-        db.db
-            .claim_many("w", &[], LEASE, 4)
-            .await
-            .expect("claim")
-            .is_empty()
-    );
+    assert!(claimed(&db.db, &[], 4).await.is_empty());
     tokio::time::sleep(Duration::from_millis(600)).await;
     let reaped = db
         .db
@@ -367,7 +325,7 @@ async fn a_dead_workers_tasks_count_until_reaped(db: &TestDb) {
         .await
         .expect("reap");
     assert_eq!(reaped.requeued, 2);
-    let claimed = db.db.claim_many("w", &[], LEASE, 4).await.expect("claim");
+    let claimed = claimed(&db.db, &[], 4).await;
     assert_eq!(claimed.len(), 2);
     assert_eq!(running(&db.db, "export").await, 2);
 }
@@ -432,14 +390,7 @@ async fn limits_are_listed_cleared_and_checked_before_sql(db: &TestDb) {
         .await
         .expect("another spelling, another type");
     enqueue(&db.db, "u", "export", "1").await;
-    assert_eq!(
-        db.db
-            .claim_many("w", &[], LEASE, 5)
-            .await
-            .expect("claim")
-            .len(),
-        1
-    );
+    assert_eq!(claimed(&db.db, &[], 5).await.len(), 1);
     let listed = db.db.limits().await.expect("limits");
     assert_eq!(
         listed
@@ -464,23 +415,13 @@ async fn limits_are_listed_cleared_and_checked_before_sql(db: &TestDb) {
     assert!(!db.db.clear_limits("export").await.expect("clear again"));
     // Cleared: its tasks are claimed as any others'.
     enqueue(&db.db, "u", "export", "2").await;
-    assert_eq!(
-        db.db
-            .claim_many("w", &[], LEASE, 5)
-            .await
-            .expect("claim")
-            .len(),
-        1
-    );
+    assert_eq!(claimed(&db.db, &[], 5).await.len(), 1);
 }
 
 /// A claim in the caller's transaction is limited the same, and takes effect with it.
 async fn claims_in_a_caller_transaction_honour_limits(db: &TestDb) {
     db.migrate().await;
-    db.db
-        .set_limits("export", &TypeLimits::new().max_running(1))
-        .await
-        .expect("set");
+    limit(&db.db, "export", TypeLimits::new().max_running(1)).await;
     for i in 0..3 {
         enqueue(&db.db, "u", "export", &i.to_string()).await;
     }
@@ -516,10 +457,7 @@ async fn claims_in_a_caller_transaction_honour_limits(db: &TestDb) {
 /// the type's next claim goes through: the lock went with the session.
 async fn a_claim_holding_the_limit_lock_killed_frees_the_type(db: &TestDb) {
     db.migrate().await;
-    db.db
-        .set_limits("export", &TypeLimits::new().max_running(2))
-        .await
-        .expect("set");
+    limit(&db.db, "export", TypeLimits::new().max_running(2)).await;
     for i in 0..4 {
         enqueue(&db.db, "u", "export", &i.to_string()).await;
     }
@@ -586,42 +524,13 @@ async fn child_limited_worker_runs_until_killed() {
 }
 
 fn child(url: &str, id: &str) -> Child {
-    let mut child = Command::new(std::env::current_exe().expect("test binary"))
-        .args([
-            "--ignored",
-            "--exact",
-            "child_limited_worker_runs_until_killed",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("TASK_DEDUP_LIMITS_CHILD_URL", url)
-        .env("TASK_DEDUP_LIMITS_CHILD_ID", id)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn the child process");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let mut lines = BufReader::new(stdout).lines();
-    loop {
-        let line = lines.next().expect("the child started").expect("utf-8");
-        if line.contains("ready") {
-            break;
-        }
-    }
-    std::thread::spawn(move || for _ in lines {});
-    child
-}
-
-/// Child processes, killed when dropped (the test ended, or failed).
-struct Children(Vec<Child>);
-
-impl Drop for Children {
-    fn drop(&mut self) {
-        for child in &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
+    common::children::spawn_ready(
+        "child_limited_worker_runs_until_killed",
+        &[
+            ("TASK_DEDUP_LIMITS_CHILD_URL", url),
+            ("TASK_DEDUP_LIMITS_CHILD_ID", id),
+        ],
+    )
 }
 
 /// The most tasks of `tasks` that ran at once, from the database's own start and end
@@ -663,7 +572,8 @@ async fn workers_in_two_processes_stay_within_the_limits(db: &TestDb) {
         enqueue(&db.db, &format!("u{}", i % 3), "sync", &i.to_string()).await;
         enqueue(&db.db, &format!("u{}", i % 4), "mail", &i.to_string()).await;
     }
-    let _children = Children(vec![child(&db.url, "child-1"), child(&db.url, "child-2")]);
+    let _children =
+        common::children::Children(vec![child(&db.url, "child-1"), child(&db.url, "child-2")]);
 
     let monitor = "SELECT count(*) AS n FROM task_run WHERE task_type = 'export' \
                    AND status = 'running'";
@@ -760,10 +670,7 @@ async fn fairness_figure(db: &TestDb) {
     ] {
         db.exec("DELETE FROM task_run").await;
         if fair {
-            db.db
-                .set_limits("report", &TypeLimits::new().fair_between_users())
-                .await
-                .expect("set");
+            limit(&db.db, "report", TypeLimits::new().fair_between_users()).await;
         } else {
             db.db.clear_limits("report").await.expect("clear");
         }

@@ -4,8 +4,7 @@
 mod common;
 
 use std::collections::HashSet;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use common::TestDb;
@@ -164,31 +163,13 @@ async fn child_worker_runs_until_killed() {
 }
 
 fn child(url: &str, id: &str) -> Child {
-    let mut child = Command::new(std::env::current_exe().expect("test binary"))
-        .args([
-            "--ignored",
-            "--exact",
-            "child_worker_runs_until_killed",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("TASK_DEDUP_PAUSE_CHILD_URL", url)
-        .env("TASK_DEDUP_PAUSE_CHILD_ID", id)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn the child process");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let mut lines = BufReader::new(stdout).lines();
-    loop {
-        let line = lines.next().expect("the child started").expect("utf-8");
-        if line.contains("ready") {
-            break;
-        }
-    }
-    // The rest of its output is not read: let it go to a thread that drains it.
-    std::thread::spawn(move || for _ in lines {});
-    child
+    common::children::spawn_ready(
+        "child_worker_runs_until_killed",
+        &[
+            ("TASK_DEDUP_PAUSE_CHILD_URL", url),
+            ("TASK_DEDUP_PAUSE_CHILD_ID", id),
+        ],
+    )
 }
 
 /// Waits until every task of `task_type` in `ids` succeeded.
@@ -214,7 +195,8 @@ async fn wait_done(db: &DatabaseConnection, ids: &HashSet<uuid::Uuid>) -> Vec<ta
 async fn workers_in_two_processes_honour_a_pause(db: &TestDb) {
     db.migrate().await;
     assert!(db.db.pause("job").await.expect("pause"));
-    let _children = Children(vec![child(&db.url, "child-1"), child(&db.url, "child-2")]);
+    let _children =
+        common::children::Children(vec![child(&db.url, "child-1"), child(&db.url, "child-2")]);
 
     for round in 0..2 {
         // The paused type's tasks first: a claim that ignored the pause would take them
@@ -245,17 +227,5 @@ async fn workers_in_two_processes_honour_a_pause(db: &TestDb) {
         wait_done(&db.db, &jobs).await;
         // Paused again while the workers run: from their next claim on.
         assert!(db.db.pause("job").await.expect("pause"));
-    }
-}
-
-/// Child processes, killed when dropped (the test ended, or failed).
-struct Children(Vec<Child>);
-
-impl Drop for Children {
-    fn drop(&mut self) {
-        for child in &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
     }
 }

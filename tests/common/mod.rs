@@ -10,6 +10,7 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod children;
 pub mod rows;
 pub mod schema;
 
