@@ -23,6 +23,7 @@ use tokio::sync::Barrier;
 
 matrix!(
     racing_claimers_never_exceed_the_global_limit,
+    a_limit_set_while_tasks_run_counts_them,
     racing_claimers_never_exceed_the_per_user_limit,
     the_rate_limit_counts_starts_across_claims,
     other_types_flow_while_a_limited_type_waits,
@@ -118,6 +119,37 @@ async fn racing_claimers_never_exceed_the_global_limit(db: &TestDb) {
     // Claims of any type honour it the same.
     let claimed = race(db, 8, &[], 4).await;
     assert!(claimed.is_empty(), "{claimed:?}");
+}
+
+/// Tasks that were running when the limit was set hold no run slot: they count all the
+/// same (the claims take the locked path while any runs), and once they ended the
+/// claims take slots again.
+async fn a_limit_set_while_tasks_run_counts_them(db: &TestDb) {
+    db.migrate().await;
+    for i in 0..8 {
+        enqueue(&db.db, "u", "export", &i.to_string()).await;
+    }
+    let before = claimed(&db.db, &[], 3).await;
+    assert_eq!(before.len(), 3);
+    limit(&db.db, "export", TypeLimits::new().max_running(2)).await;
+    assert!(
+        race(db, 8, &["export"], 2).await.is_empty(),
+        "3 run, the limit is 2"
+    );
+    for (ended, task) in before.iter().enumerate() {
+        db.db.complete(task.id, "w", None).await.expect("complete");
+        let started = race(db, 8, &["export"], 2).await;
+        // 2, 1, then none of those left, with what started meanwhile.
+        assert_eq!(started.len(), [0, 1, 1][ended], "after {} ended", ended + 1);
+    }
+    assert_eq!(running(&db.db, "export").await, 2);
+    let slots = common::count(
+        &db.db,
+        "SELECT count(DISTINCT run_slot) AS n FROM task_run \
+         WHERE status = 'running' AND run_slot IN (0, 1)",
+    )
+    .await;
+    assert_eq!(slots, 2, "each started task holds a slot below the limit");
 }
 
 /// Two users with 10 tasks each, at most 2 running per user: 8 claimers at once start
@@ -457,7 +489,10 @@ async fn claims_in_a_caller_transaction_honour_limits(db: &TestDb) {
 /// the type's next claim goes through: the lock went with the session.
 async fn a_claim_holding_the_limit_lock_killed_frees_the_type(db: &TestDb) {
     db.migrate().await;
-    limit(&db.db, "export", TypeLimits::new().max_running(2)).await;
+    // With a per-user limit too: the locked claim (`max_running` alone takes slots
+    // without the lock).
+    let limits = TypeLimits::new().max_running(2).max_running_per_user(5);
+    limit(&db.db, "export", limits).await;
     for i in 0..4 {
         enqueue(&db.db, "u", "export", &i.to_string()).await;
     }

@@ -8,6 +8,13 @@
 //! starts only what the limits leave; claims of other types never read it but to pass
 //! over limited types.
 //!
+//! `run_slot` and `task_run_slot_uidx`: a task started under a type's `max_running` of N
+//! holds one of the numbers 0..N, unique among the type's running tasks, so claims of
+//! the type take free numbers without waiting for each other and the index refuses a
+//! number taken twice (PostgreSQL and SQLite: a partial unique index over running rows
+//! with a number; MySQL/MariaDB: the virtual generated column `running_run_slot`, the
+//! number while the task runs and NULL otherwise, under a unique index).
+//!
 //! `task_run_user_queue_idx`: each user's queued tasks of a type in claim order, so a
 //! fair claim finds the next user with queued work, and that user's first task, in an
 //! index lookup each, however long another user's backlog (PostgreSQL and SQLite: over
@@ -41,7 +48,12 @@ const SQLITE_UP: &str = "CREATE TABLE IF NOT EXISTS \"task_dedup_limits\" ( \
 const SQLITE_INDEX: &str = "CREATE INDEX \"task_run_user_queue_idx\" ON \"task_run\" \
     (\"task_type\", \"user_id\", \"priority\" DESC, \"run_at\", \"created_at\", \"id\") \
     WHERE \"status\" = 'queued'";
-const SQLITE_DOWN: [&str; 2] = [
+const SQLITE_SLOT: [&str; 1] = ["ALTER TABLE \"task_run\" ADD COLUMN \"run_slot\" integer NULL"];
+const SQLITE_SLOT_INDEX: &str = "CREATE UNIQUE INDEX \"task_run_slot_uidx\" ON \"task_run\" \
+    (\"task_type\", \"run_slot\") WHERE \"status\" = 'running' AND \"run_slot\" IS NOT NULL";
+const SQLITE_DOWN: [&str; 4] = [
+    "DROP INDEX IF EXISTS \"task_run_slot_uidx\"",
+    "ALTER TABLE \"task_run\" DROP COLUMN \"run_slot\"",
     "DROP INDEX IF EXISTS \"task_run_user_queue_idx\"",
     "DROP TABLE IF EXISTS \"task_dedup_limits\"",
 ];
@@ -59,7 +71,13 @@ const POSTGRES_UP: &str = "CREATE TABLE IF NOT EXISTS task_dedup_limits ( \
     updated_at timestamp with time zone NOT NULL )";
 const POSTGRES_INDEX: &str = "CREATE INDEX task_run_user_queue_idx ON task_run \
     (task_type, user_id, priority DESC, run_at, created_at, id) WHERE status = 'queued'";
-const POSTGRES_DOWN: [&str; 2] = [
+const POSTGRES_SLOT: [&str; 1] =
+    ["ALTER TABLE task_run ADD COLUMN IF NOT EXISTS run_slot integer NULL"];
+const POSTGRES_SLOT_INDEX: &str = "CREATE UNIQUE INDEX task_run_slot_uidx ON task_run \
+    (task_type, run_slot) WHERE status = 'running' AND run_slot IS NOT NULL";
+const POSTGRES_DOWN: [&str; 4] = [
+    "DROP INDEX IF EXISTS task_run_slot_uidx",
+    "ALTER TABLE task_run DROP COLUMN IF EXISTS run_slot",
     "DROP INDEX IF EXISTS task_run_user_queue_idx",
     "DROP TABLE IF EXISTS task_dedup_limits",
 ];
@@ -78,24 +96,44 @@ const MYSQL_UP: &str = "CREATE TABLE IF NOT EXISTS task_dedup_limits ( \
     updated_at datetime(6) NOT NULL )";
 const MYSQL_INDEX: &str = "CREATE INDEX task_run_user_queue_idx ON task_run \
     (task_type, status, user_id, priority DESC, run_at, created_at, id)";
-const MYSQL_DOWN: [&str; 2] = [
+/// A virtual column: computed when read, so adding it rewrites no row.
+const MYSQL_SLOT: [&str; 2] = [
+    "ALTER TABLE task_run ADD COLUMN run_slot int NULL",
+    "ALTER TABLE task_run ADD COLUMN running_run_slot int \
+     GENERATED ALWAYS AS (CASE WHEN status = 'running' THEN run_slot END) VIRTUAL",
+];
+const MYSQL_SLOT_INDEX: &str =
+    "CREATE UNIQUE INDEX task_run_slot_uidx ON task_run (task_type, running_run_slot)";
+const MYSQL_DOWN: [&str; 4] = [
+    "ALTER TABLE task_run DROP INDEX task_run_slot_uidx",
+    "ALTER TABLE task_run DROP COLUMN running_run_slot, DROP COLUMN run_slot",
     "ALTER TABLE task_run DROP INDEX task_run_user_queue_idx",
     "DROP TABLE IF EXISTS task_dedup_limits",
 ];
 
-/// The index's name.
+/// The indexes' names.
 const INDEX: &str = "task_run_user_queue_idx";
+const SLOT_INDEX: &str = "task_run_slot_uidx";
 
 #[async_trait::async_trait]
 impl MigrationTrait for Migration {
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        let (table, index) = match Dialect::of(manager)? {
-            Dialect::Sqlite => (SQLITE_UP, SQLITE_INDEX),
-            Dialect::Postgres => (POSTGRES_UP, POSTGRES_INDEX),
-            Dialect::MySql => (MYSQL_UP, MYSQL_INDEX),
+        let (table, index, slot, slot_index): (_, _, &[&str], _) = match Dialect::of(manager)? {
+            Dialect::Sqlite => (SQLITE_UP, SQLITE_INDEX, &SQLITE_SLOT, SQLITE_SLOT_INDEX),
+            Dialect::Postgres => (
+                POSTGRES_UP,
+                POSTGRES_INDEX,
+                &POSTGRES_SLOT,
+                POSTGRES_SLOT_INDEX,
+            ),
+            Dialect::MySql => (MYSQL_UP, MYSQL_INDEX, &MYSQL_SLOT, MYSQL_SLOT_INDEX),
         };
         sql::run(manager, &[table]).await?;
         sql::create_index_if_missing(manager, INDEX, index).await?;
+        if !manager.has_column("task_run", "run_slot").await? {
+            sql::run(manager, slot).await?;
+        }
+        sql::create_index_if_missing(manager, SLOT_INDEX, slot_index).await?;
         Ok(())
     }
 
@@ -116,9 +154,16 @@ mod tests {
     /// Each dialect's statement creates the index of its name.
     #[test]
     fn statements_create_the_named_index() {
-        for sql in [SQLITE_INDEX, POSTGRES_INDEX, MYSQL_INDEX] {
+        for (sql, name) in [
+            (SQLITE_INDEX, INDEX),
+            (POSTGRES_INDEX, INDEX),
+            (MYSQL_INDEX, INDEX),
+            (SQLITE_SLOT_INDEX, SLOT_INDEX),
+            (POSTGRES_SLOT_INDEX, SLOT_INDEX),
+            (MYSQL_SLOT_INDEX, SLOT_INDEX),
+        ] {
             assert!(
-                sql.replace('"', "").contains(&format!("INDEX {INDEX} ON")),
+                sql.replace('"', "").contains(&format!("INDEX {name} ON")),
                 "{sql}"
             );
         }

@@ -12,6 +12,10 @@
 
 use std::borrow::Cow;
 
+/// The unique index of run slots: `(task_type, run_slot)` over running tasks with one
+/// (migration 11).
+pub(crate) const SLOT_UIDX: &str = "task_run_slot_uidx";
+
 /// What a limited type's claim and the limits' settings run, per dialect.
 pub(crate) struct Limits {
     /// The limited types: `task_type`. No parameters.
@@ -21,10 +25,20 @@ pub(crate) struct Limits {
     /// `window_start_micros`, `window_starts`, `fair`, `fair_cursor`, and `now_micros`,
     /// the database's clock in microseconds since the Unix epoch.
     pub lock: &'static str,
-    /// One type's running tasks per user: the type. Columns `user_id`, `running`.
+    /// One type's running tasks: the type. Columns `user_id`, `run_slot`.
     /// MySQL/MariaDB: a locking read, which sees the latest commits whatever snapshot
     /// the transaction holds (a plain read could miss the previous claim's tasks).
     pub running: &'static str,
+    /// The claim of a type whose only limit is `max_running`, in one statement and
+    /// without the type's lock (PostgreSQL and SQLite; `None` elsewhere): the next due
+    /// tasks of the type, one per key, each given a free run slot below the limit (at
+    /// random on PostgreSQL, so that concurrent claims seldom pick the same); a slot
+    /// taken meanwhile by another claim fails it in `task_run_slot_uidx`
+    /// ([`Kind::SlotTaken`](super::Kind::SlotTaken)). Starts nothing when the type has
+    /// other limits, or while one of its running tasks holds no slot below the limit
+    /// (started before the limit, or before it was lowered): the locked claim counts
+    /// those. Parameters: worker_id, lease, the type, how many.
+    pub slot_claim: Option<&'static str>,
     /// The next due tasks of one type, as the claims select them (not paused, none of a
     /// key with a task running unless `concurrent`), in claim order, locked and skipping
     /// rows other claimers hold: `id`, `user_id`, `resource_key`, `concurrent`.
@@ -44,9 +58,11 @@ pub(crate) struct Limits {
     pub fair_heads: &'static str,
     /// Records the last user a fair claim served: the user, the type.
     pub fair_cursor: &'static str,
-    /// Moves tasks that are still queued to `running` under a lease, as a claim does:
-    /// worker_id, lease, the ids (PostgreSQL: one array). PostgreSQL and SQLite return
-    /// the rows; MySQL/MariaDB read them by id afterwards (`mysql::claimed`).
+    /// Moves tasks that are still queued to `running` under a lease, as a claim does,
+    /// each with its run slot (none: NULL; PostgreSQL: -1): worker_id, lease, then
+    /// PostgreSQL the ids and the slots (two arrays), elsewhere an (id, slot) pair per
+    /// task and the ids. PostgreSQL and SQLite return the rows; MySQL/MariaDB read them
+    /// by id afterwards (`mysql::claimed`).
     pub claim_ids: fn(usize) -> Cow<'static, str>,
     /// Records the rate's current window: its start, the starts in it, the type.
     pub window: &'static str,
@@ -72,6 +88,7 @@ pub(crate) mod tests {
             ("types", limits.types.into()),
             ("lock", limits.lock.into()),
             ("running", limits.running.into()),
+            ("slot_claim", limits.slot_claim.unwrap_or("-").into()),
             ("candidates", (limits.candidates)(2)),
             ("fair_users", limits.fair_users.into()),
             ("fair_heads", limits.fair_heads.into()),

@@ -373,6 +373,9 @@ pub(crate) enum Kind {
     /// A violation of `task_running_resource_uidx`: a claim lost the race for a key's one
     /// run to a concurrent claim (both picked tasks of a key none of whose tasks ran).
     RunningKey,
+    /// A violation of `task_run_slot_uidx`: a claim of a type with `max_running` took a
+    /// run slot (a number below the limit) that a concurrent claim took first.
+    SlotTaken,
     /// The connection was lost or could not be had ([`crate::is_connection_lost`]).
     ConnectionLost,
     /// The database aborted the statement to resolve a deadlock or a serialization
@@ -463,6 +466,12 @@ impl Failure {
     /// Whether a claim ran into a task of its key that another claim started meanwhile.
     pub(crate) fn is_running_key(&self) -> bool {
         self.kind == Kind::RunningKey
+    }
+
+    /// Whether a claim lost a race to another claim: for a key's run, or for a run slot.
+    /// It took nothing, and runs again.
+    pub(crate) fn is_lost_claim_race(&self) -> bool {
+        matches!(self.kind, Kind::RunningKey | Kind::SlotTaken)
     }
 }
 

@@ -9,7 +9,7 @@ use std::borrow::Cow;
 use sea_orm::sqlx::mysql::MySqlDatabaseError;
 use task_dedup_entity::task_run::{ACTIVE_RESOURCE_UIDX, RUNNING_RESOURCE_UIDX};
 
-use super::limits::Limits;
+use super::limits::{Limits, SLOT_UIDX};
 use super::{Admin, Bulk, Endings, Guarded, Kind, Statements, repeat, squeeze};
 
 pub(crate) const STATEMENTS: Statements = Statements {
@@ -205,13 +205,15 @@ pub(crate) fn optimistic_claim_types(types: usize) -> Cow<'static, str> {
     ))
 }
 
-/// Marks `ids` locked tasks claimed: worker_id, lease, the ids. One primary-key lookup
-/// each (a JSON_TABLE of ids made InnoDB scan and lock the whole table).
+/// Marks `ids` locked tasks claimed, with no run slot (as on PostgreSQL): worker_id,
+/// lease, the ids. One primary-key lookup each (a JSON_TABLE of ids made InnoDB scan and
+/// lock the whole table).
 pub(crate) fn claim_update(ids: usize) -> Cow<'static, str> {
     Cow::Owned(format!(
         "UPDATE task_run SET status = 'running', attempts = attempts + 1, \
          lease_owner = ?, lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
-         started_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) WHERE id IN ({})",
+         started_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6), run_slot = NULL \
+         WHERE id IN ({})",
         repeat("?", ids)
     ))
 }
@@ -433,6 +435,7 @@ pub(super) fn kind(e: &MySqlDatabaseError) -> Kind {
     match e.number() {
         ER_DUP_ENTRY if names_index(e.message(), ACTIVE_RESOURCE_UIDX) => Kind::HeldKey,
         ER_DUP_ENTRY if names_index(e.message(), RUNNING_RESOURCE_UIDX) => Kind::RunningKey,
+        ER_DUP_ENTRY if names_index(e.message(), SLOT_UIDX) => Kind::SlotTaken,
         ER_LOCK_DEADLOCK => Kind::TransactionConflict,
         CR_SERVER_GONE_ERROR
         | CR_SERVER_LOST
@@ -470,8 +473,9 @@ pub(crate) const LIMITS: Limits = Limits {
         now_micros!(),
         " AS now_micros FROM task_dedup_limits WHERE task_type = ? FOR UPDATE"
     ),
-    running: "SELECT user_id, count(*) AS running FROM task_run \
-              WHERE task_type = ? AND status = 'running' GROUP BY user_id LOCK IN SHARE MODE",
+    running: "SELECT user_id, run_slot FROM task_run \
+              WHERE task_type = ? AND status = 'running' LOCK IN SHARE MODE",
+    slot_claim: None,
     candidates: |excluded| {
         let mut sql = String::from(concat!(
             "SELECT id, user_id, resource_key, concurrent FROM task_run t ",
@@ -510,8 +514,10 @@ pub(crate) const LIMITS: Limits = Limits {
         Cow::Owned(format!(
             "UPDATE task_run SET status = 'running', attempts = attempts + 1, \
              lease_owner = ?, lease_expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
-             started_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6) \
+             started_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6), \
+             run_slot = CASE id {} END \
              WHERE id IN ({}) AND status = 'queued'",
+            vec!["WHEN ? THEN ?"; ids].join(" "),
             repeat("?", ids)
         ))
     },

@@ -9,7 +9,7 @@ use sea_orm::sqlx::postgres::PgDatabaseError;
 use task_dedup_entity::task_run::{ACTIVE_RESOURCE_UIDX, RUNNING_RESOURCE_UIDX};
 use task_dedup_entity::{occupies_key_sql, runs_serially_sql};
 
-use super::limits::Limits;
+use super::limits::{Limits, SLOT_UIDX};
 use super::{Admin, Bulk, Endings, Guarded, Kind, Returning, Statements};
 
 /// running → succeeded, up to `RETURNING`.
@@ -55,12 +55,13 @@ macro_rules! replace_queued {
 
 /// Every claim up to the selection of its tasks: they move to `running` under the lease.
 /// `id = ANY(ARRAY(...))`: the selection runs once, then one primary-key lookup per
-/// task.
+/// task. No run slot: a type without limits has none (one left from a run under a
+/// limit would otherwise meet another's in `task_run_slot_uidx`).
 macro_rules! claim_start {
     () => {
         "UPDATE task_run SET status = 'running', attempts = attempts + 1, \
          lease_owner = $1, lease_expires_at = statement_timestamp() + $2 * interval '1 microsecond', \
-         started_at = statement_timestamp(), updated_at = statement_timestamp() \
+         started_at = statement_timestamp(), updated_at = statement_timestamp(), run_slot = NULL \
          WHERE id = ANY(ARRAY(SELECT "
     };
 }
@@ -548,6 +549,7 @@ pub(super) fn kind(e: &PgDatabaseError) -> Kind {
     match e.code() {
         UNIQUE_VIOLATION if e.constraint() == Some(ACTIVE_RESOURCE_UIDX) => Kind::HeldKey,
         UNIQUE_VIOLATION if e.constraint() == Some(RUNNING_RESOURCE_UIDX) => Kind::RunningKey,
+        UNIQUE_VIOLATION if e.constraint() == Some(SLOT_UIDX) => Kind::SlotTaken,
         SERIALIZATION_FAILURE | DEADLOCK_DETECTED => Kind::TransactionConflict,
         ADMIN_SHUTDOWN | CRASH_SHUTDOWN | CANNOT_CONNECT_NOW => Kind::ConnectionLost,
         code if code.starts_with(CONNECTION_EXCEPTION_CLASS) => Kind::ConnectionLost,
@@ -573,8 +575,36 @@ pub(crate) const LIMITS: Limits = Limits {
         " AS now_micros FROM task_dedup_limits WHERE task_type = $1 FOR UPDATE"
     ),
     // `task_run_type_status_created_idx` leads with the type and the status.
-    running: "SELECT user_id, count(*) AS running FROM task_run \
-              WHERE task_type = $1 AND status = 'running' GROUP BY user_id",
+    running: "SELECT user_id, run_slot FROM task_run WHERE task_type = $1 AND status = 'running'",
+    slot_claim: Some(concat!(
+        "WITH lim AS (SELECT max_running AS m FROM task_dedup_limits \
+         WHERE task_type = $3 AND max_running IS NOT NULL AND max_running_per_user IS NULL \
+         AND rate_starts IS NULL AND NOT fair), \
+         run AS (SELECT run_slot FROM task_run WHERE task_type = $3 AND status = 'running'), \
+         free AS (SELECT s AS fslot, row_number() OVER (ORDER BY random()) AS fn \
+         FROM lim CROSS JOIN generate_series(0, lim.m - 1) AS s \
+         WHERE NOT EXISTS (SELECT 1 FROM run WHERE run.run_slot IS NULL OR run.run_slot >= lim.m) \
+         AND NOT EXISTS (SELECT 1 FROM run WHERE run.run_slot = s)), \
+         picked AS (SELECT pid, row_number() OVER (ORDER BY ppriority DESC, prun_at, pcreated_at, pid) AS pn \
+         FROM (SELECT DISTINCT ON (user_id, resource_key, CASE WHEN concurrent THEN id END) \
+         id AS pid, priority AS ppriority, run_at AS prun_at, created_at AS pcreated_at \
+         FROM (SELECT id, user_id, resource_key, concurrent, priority, run_at, created_at ",
+        due_of_any_limit!(),
+        "AND task_type = $3 AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
+         WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
+         AND r.resource_key = t.resource_key AND ",
+        runs_serially_sql!(),
+        " OFFSET 0)) ORDER BY priority DESC, run_at, created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) AS due \
+         ORDER BY user_id, resource_key, CASE WHEN concurrent THEN id END, \
+         priority DESC, run_at, created_at, id) AS one_per_key) \
+         UPDATE task_run SET status = 'running', attempts = attempts + 1, lease_owner = $1, \
+         lease_expires_at = statement_timestamp() + $2 * interval '1 microsecond', \
+         started_at = statement_timestamp(), updated_at = statement_timestamp(), \
+         run_slot = free.fslot \
+         FROM picked JOIN free ON free.fn = picked.pn WHERE task_run.id = picked.pid \
+         RETURNING ",
+        columns!()
+    )),
     candidates: |_| {
         Cow::Borrowed(concat!(
             "SELECT id, user_id, resource_key, concurrent ",
@@ -614,8 +644,10 @@ pub(crate) const LIMITS: Limits = Limits {
         Cow::Borrowed(concat!(
             "UPDATE task_run SET status = 'running', attempts = attempts + 1, \
              lease_owner = $1, lease_expires_at = statement_timestamp() + $2 * interval '1 microsecond', \
-             started_at = statement_timestamp(), updated_at = statement_timestamp() \
-             WHERE id = ANY($3) AND status = 'queued' RETURNING ",
+             started_at = statement_timestamp(), updated_at = statement_timestamp(), \
+             run_slot = NULLIF(v.vslot, -1) \
+             FROM unnest($3::uuid[], $4::int8[]) AS v (vid, vslot) \
+             WHERE task_run.id = v.vid AND task_run.status = 'queued' RETURNING ",
             columns!()
         ))
     },

@@ -25,13 +25,14 @@ macro_rules! complete {
     };
 }
 
-/// Every claim up to the selection of its tasks: they move to `running` under the lease.
+/// Every claim up to the selection of its tasks: they move to `running` under the lease,
+/// with no run slot (as on PostgreSQL).
 macro_rules! claim_start {
     () => {
         "UPDATE task_run SET status = 'running', attempts = attempts + 1, lease_owner = ?, \
          lease_expires_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?), \
          started_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
-         updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
+         updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), run_slot = NULL \
          WHERE id IN (SELECT id FROM "
     };
 }
@@ -400,6 +401,8 @@ const HELD_KEY_COLUMNS: &str = "task_run.user_id, task_run.task_type, \
 /// The same for `task_running_resource_uidx`, after the colon that ends the prefix.
 const RUNNING_KEY_COLUMNS: &str = ": task_run.user_id, task_run.task_type, \
                                    task_run.resource_key";
+/// `task_run_slot_uidx`'s columns.
+const SLOT_COLUMNS: &str = ": task_run.task_type, task_run.run_slot";
 
 /// What a SQLite error means. SQLite names the columns of the violated index, not the
 /// index: `UNIQUE constraint failed: task_run.user_id, ..., task_run.dedup_window_end`.
@@ -412,6 +415,9 @@ pub(super) fn kind(e: &SqliteError) -> Kind {
     }
     if code == Some(SQLITE_CONSTRAINT_UNIQUE) && e.message().ends_with(RUNNING_KEY_COLUMNS) {
         return Kind::RunningKey;
+    }
+    if code == Some(SQLITE_CONSTRAINT_UNIQUE) && e.message().ends_with(SLOT_COLUMNS) {
+        return Kind::SlotTaken;
     }
     match code.and_then(|code| code.parse::<i32>().ok()) {
         Some(code) if code & 0xff == SQLITE_BUSY => Kind::Timeout,
@@ -445,8 +451,36 @@ pub(crate) const LIMITS: Limits = Limits {
         now_micros!(),
         " AS now_micros FROM task_dedup_limits WHERE task_type = ?"
     ),
-    running: "SELECT user_id, count(*) AS running FROM task_run \
-              WHERE task_type = ? AND status = 'running' GROUP BY user_id",
+    running: "SELECT user_id, run_slot FROM task_run WHERE task_type = ? AND status = 'running'",
+    // Writers take turns on SQLite: the lowest free slot, which no other claim takes.
+    slot_claim: Some(concat!(
+        "WITH RECURSIVE lim AS (SELECT max_running AS m FROM task_dedup_limits \
+         WHERE task_type = ?3 AND max_running IS NOT NULL AND max_running_per_user IS NULL \
+         AND rate_starts IS NULL AND NOT fair), \
+         run AS (SELECT run_slot FROM task_run WHERE task_type = ?3 AND status = 'running'), \
+         series (s) AS (SELECT 0 FROM lim UNION ALL SELECT s + 1 FROM series, lim WHERE s + 1 < lim.m), \
+         free AS (SELECT s AS fslot, row_number() OVER (ORDER BY s) AS fn FROM series, lim \
+         WHERE NOT EXISTS (SELECT 1 FROM run WHERE run.run_slot IS NULL OR run.run_slot >= lim.m) \
+         AND NOT EXISTS (SELECT 1 FROM run WHERE run.run_slot = series.s)), \
+         picked AS (SELECT id AS pid, row_number() OVER (ORDER BY priority DESC, run_at, created_at, id) AS pn \
+         FROM (SELECT id, priority, run_at, created_at, row_number() OVER (PARTITION BY user_id, \
+         resource_key, CASE WHEN concurrent THEN id END \
+         ORDER BY priority DESC, run_at, created_at, id) AS nth \
+         FROM (SELECT id, user_id, resource_key, concurrent, priority, run_at, created_at FROM ",
+        due_of_any_limit!(),
+        "AND task_type = ?3 AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
+         WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
+         AND r.resource_key = t.resource_key AND ",
+        runs_serially_sql!(),
+        ")) ORDER BY priority DESC, run_at, created_at, id LIMIT ?4)) WHERE nth = 1) \
+         UPDATE task_run SET status = 'running', attempts = attempts + 1, lease_owner = ?1, \
+         lease_expires_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?2), \
+         started_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
+         updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), run_slot = f.fslot \
+         FROM (SELECT pid, fslot FROM picked JOIN free ON free.fn = picked.pn) AS f \
+         WHERE task_run.id = f.pid RETURNING ",
+        columns!()
+    )),
     candidates: |_| {
         Cow::Borrowed(concat!(
             "SELECT id, user_id, resource_key, concurrent FROM ",
@@ -485,10 +519,12 @@ pub(crate) const LIMITS: Limits = Limits {
                  lease_owner = ?, \
                  lease_expires_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?), \
                  started_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
-                 updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now') \
+                 updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
+                 run_slot = CASE id {} END \
                  WHERE id IN ({}) AND status = 'queued' RETURNING ",
                 columns!()
             ),
+            vec!["WHEN ? THEN ?"; ids].join(" "),
             repeat("?", ids)
         ))
     },

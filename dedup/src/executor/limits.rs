@@ -81,18 +81,39 @@ impl Executor<'_> {
         Ok(rows.first().map(LimitRow::of).transpose()?)
     }
 
-    /// `task_type`'s running tasks per user.
-    pub(crate) async fn running_per_user(
+    /// `task_type`'s running tasks: each one's user and run slot.
+    pub(crate) async fn running_of_type(
         &mut self,
         task_type: &str,
-    ) -> Result<Vec<(String, i64)>, Failure> {
+    ) -> Result<Vec<(String, Option<i32>)>, Failure> {
         let rows = self
             .rows(self.dialect.limits().running, vec![Arg::Str(task_type)])
             .await?;
         Ok(rows
             .iter()
-            .map(|row| Ok((row.try_get("", "user_id")?, row.try_get("", "running")?)))
+            .map(|row| Ok((row.try_get("", "user_id")?, row.try_get("", "run_slot")?)))
             .collect::<Result<_, sea_orm::DbErr>>()?)
+    }
+
+    /// The claim of a type whose only limit is `max_running`, in one statement
+    /// (`Limits::slot_claim`); `None` where the dialect has none.
+    pub(crate) async fn slot_claim(
+        &mut self,
+        worker_id: &str,
+        task_type: &str,
+        lease_micros: i64,
+        max: i64,
+    ) -> Result<Option<Vec<task_run::Model>>, Failure> {
+        let Some(sql) = self.dialect.limits().slot_claim else {
+            return Ok(None);
+        };
+        let values = vec![
+            Arg::Str(worker_id),
+            args::interval(self.dialect, lease_micros),
+            Arg::Str(task_type),
+            Arg::I64(max),
+        ];
+        Ok(Some(self.tasks(sql, values).await?))
     }
 
     /// Up to `max` due tasks of `task_type` in claim order, none of `excluded` users,
@@ -162,19 +183,34 @@ impl Executor<'_> {
     }
 
     /// Moves the tasks `ids` that are still queued to `running` under `worker_id`'s
-    /// lease; the tasks it moved.
+    /// lease, each with its run slot in `slots` (the same order); the tasks it moved.
     pub(crate) async fn claim_ids(
         &mut self,
         worker_id: &str,
         lease_micros: i64,
         ids: &[Uuid],
+        slots: &[Option<i64>],
     ) -> Result<Vec<task_run::Model>, Failure> {
         let sql = (self.dialect.limits().claim_ids)(ids.len());
         let mut values = vec![
             Arg::Str(worker_id),
             args::interval(self.dialect, lease_micros),
         ];
-        values.extend(args::ids(self.dialect, ids));
+        match self.dialect {
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => {
+                values.push(Arg::Array(args::Array::Uuid(ids.to_vec())));
+                let slots = slots.iter().map(|slot| slot.unwrap_or(-1)).collect();
+                values.push(Arg::Array(args::Array::I64(slots)));
+            }
+            #[allow(unreachable_patterns)]
+            _ => {
+                for (id, slot) in ids.iter().zip(slots) {
+                    values.extend([Arg::Uuid(*id), Arg::OptI64(*slot)]);
+                }
+                values.extend(ids.iter().map(|id| Arg::Uuid(*id)));
+            }
+        }
         match self.dialect {
             #[cfg(feature = "mysql")]
             Dialect::MySql => {

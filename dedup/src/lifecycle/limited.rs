@@ -37,7 +37,10 @@ const PER_USER_READ_AHEAD: i64 = 4;
 /// How many users a fair claim visits at most (the next claim goes on after them).
 const FAIR_WALK: i64 = 64;
 
-/// Claims up to `max` due tasks of the limited `task_type`, as its limits allow.
+/// Claims up to `max` due tasks of the limited `task_type`, as its limits allow: first
+/// the one-statement claim of a type whose only limit is `max_running` (where the
+/// dialect has it; it starts nothing otherwise), then, for what it left, the locked
+/// claim.
 pub(super) async fn claim<C: DedupConnection>(
     db: &C,
     exec: &mut Executor<'_>,
@@ -49,26 +52,66 @@ pub(super) async fn claim<C: DedupConnection>(
     // As the main claim: a claim lost with its connection is not run again.
     let mut retrying = Retrying::new(db, Some(Duration::ZERO), "claim");
     let mut races = 0;
+    let mut claimed = Vec::new();
+    let mut locked = false;
     loop {
+        let want = max - claimed.len() as i64;
         let attempt = async {
-            let mut txn = exec.begin(true).await?;
-            let outcome = start(&mut txn, worker_id, task_type, lease_micros, max).await;
-            match txn.finish(outcome).await {
-                // Another claim started a task of one of the picked keys (a claim of
-                // these keys outside the limits: a `concurrent` follow-up's, say).
-                Err(failure) if failure.is_running_key() => Ok(None),
+            let outcome = if locked {
+                let mut txn = exec.begin(true).await?;
+                let outcome = start(&mut txn, worker_id, task_type, lease_micros, want).await;
+                txn.finish(outcome).await
+            } else {
+                by_slots(exec, worker_id, task_type, lease_micros, want).await
+            };
+            match outcome {
+                // Another claim took a picked slot first, or started a task of a picked
+                // key (a claim of the key outside the limits: a `concurrent` follow-up's).
+                Err(failure) if failure.is_lost_claim_race() => Ok(None),
                 outcome => Ok(Some(outcome?)),
             }
         };
         // Boxed, as in `retried`.
         match retrying.run(Box::pin(attempt)).await {
-            Some(Ok(Some(claimed))) => return Ok(claimed),
+            Some(Ok(Some(tasks))) => {
+                let full = tasks.len() as i64 == want;
+                claimed.extend(tasks);
+                if locked || full {
+                    return Ok(claimed);
+                }
+                locked = true;
+            }
             Some(Ok(None)) if races < super::claim::MAX_CLAIM_RACES => races += 1,
-            Some(Ok(None)) => return Ok(Vec::new()),
+            Some(Ok(None)) => return Ok(claimed),
             Some(Err(err)) => return Err(err),
             None => {}
         }
     }
+}
+
+/// The one-statement claim of a type whose only limit is `max_running`
+/// (`Limits::slot_claim`): none where the dialect has none. In the caller's transaction,
+/// a savepoint: a slot another claim took (a unique violation) would otherwise abort it.
+async fn by_slots(
+    exec: &mut Executor<'_>,
+    worker_id: &str,
+    task_type: &str,
+    lease_micros: i64,
+    max: i64,
+) -> Result<Vec<task_run::Model>, Failure> {
+    if exec.in_transaction() {
+        let mut txn = exec.begin(false).await?;
+        let outcome = txn
+            .slot_claim(worker_id, task_type, lease_micros, max)
+            .await;
+        return Ok(txn.finish(outcome).await?.unwrap_or_default());
+    }
+    // A rerun after a lost race, as the main claim's (`Executor::hold`).
+    exec.hold().await?;
+    Ok(exec
+        .slot_claim(worker_id, task_type, lease_micros, max)
+        .await?
+        .unwrap_or_default())
 }
 
 /// One attempt, in its transaction.
@@ -84,10 +127,17 @@ async fn start(
         return Ok(Vec::new());
     };
     // Counted only for a limit on running tasks (a rate or fairness alone needs none).
-    let running = if limits.max_running.is_some() || limits.max_running_per_user.is_some() {
-        txn.running_per_user(task_type).await?
+    let (running, slots) = if limits.max_running.is_some() || limits.max_running_per_user.is_some()
+    {
+        let tasks = txn.running_of_type(task_type).await?;
+        let mut per_user: HashMap<String, i64> = HashMap::new();
+        for (user, _) in &tasks {
+            *per_user.entry(user.clone()).or_default() += 1;
+        }
+        let slots: HashSet<i32> = tasks.iter().filter_map(|(_, slot)| *slot).collect();
+        (per_user.into_iter().collect::<Vec<_>>(), slots)
     } else {
-        Vec::new()
+        (Vec::new(), HashSet::new())
     };
     let room = Room::of(&limits, &running, max);
     if room.tasks <= 0 {
@@ -151,7 +201,18 @@ async fn start(
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    let claimed = txn.claim_ids(worker_id, lease_micros, &ids).await?;
+    // Under `max_running`, each task takes a free run slot below it, as the
+    // one-statement claim does: `task_run_slot_uidx` keeps the two from taking one twice.
+    let slots: Vec<Option<i64>> = match limits.max_running {
+        Some(limit) => (0..limit)
+            .filter(|slot| !slots.contains(slot))
+            .map(|slot| Some(i64::from(slot)))
+            .take(ids.len())
+            .collect(),
+        None => vec![None; ids.len()],
+    };
+    ids.truncate(slots.len());
+    let claimed = txn.claim_ids(worker_id, lease_micros, &ids, &slots).await?;
     if limits.rate_starts.is_some()
         && let Some((start, starts)) = window(&limits)
     {

@@ -210,7 +210,9 @@ impl From<Failure> for DedupError {
             Kind::ConnectionLost => DedupError::ConnectionLost(err),
             Kind::TransactionConflict => DedupError::TransactionAborted(err),
             Kind::Timeout => DedupError::Timeout(err),
-            Kind::HeldKey | Kind::RunningKey | Kind::Other => DedupError::Database(err),
+            Kind::HeldKey | Kind::RunningKey | Kind::SlotTaken | Kind::Other => {
+                DedupError::Database(err)
+            }
         }
     }
 }

@@ -79,6 +79,11 @@ const SNOOZES: &str = "ALTER TABLE task_run ADD COLUMN snoozes int NOT NULL DEFA
 // m20261205_000011_task_dedup_limits (the table of limits is the migration's)
 const USER_QUEUE_INDEX: &str = "ALTER TABLE task_run ADD INDEX task_run_user_queue_idx \
     (task_type, status, user_id, priority DESC, run_at, created_at, id)";
+const RUN_SLOT: &str = "ALTER TABLE task_run ADD COLUMN run_slot int NULL";
+const RUNNING_RUN_SLOT: &str = "ALTER TABLE task_run ADD COLUMN running_run_slot int \
+    GENERATED ALWAYS AS (CASE WHEN status = 'running' THEN run_slot END) VIRTUAL";
+const SLOT_INDEX: &str =
+    "ALTER TABLE task_run ADD UNIQUE INDEX task_run_slot_uidx (task_type, running_run_slot)";
 
 // m20261202_000006_task_dedup_maintenance (the table of paused types is the migration's)
 const FINISHED_INDEX: &str =
@@ -249,6 +254,11 @@ pub(super) async fn prepare(run: &Run<'_>, name: &str) -> Result<(), OnlineError
         "m20261205_000011_task_dedup_limits" => {
             let queue = ("task_run_user_queue_idx", USER_QUEUE_INDEX);
             conn.index(run, name, queue, Dedup::Nothing).await?;
+            conn.column(run, name, "run_slot", RUN_SLOT).await?;
+            conn.column(run, name, "running_run_slot", RUNNING_RUN_SLOT)
+                .await?;
+            let slot = ("task_run_slot_uidx", SLOT_INDEX);
+            conn.index(run, name, slot, Dedup::Nothing).await?;
         }
         "m20261204_000010_task_dedup_snoozes" => {
             conn.column(run, name, "snoozes", SNOOZES).await?;

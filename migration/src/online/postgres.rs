@@ -26,7 +26,7 @@ const INDEX_STATE: &str = "SELECT i.indisvalid AS valid FROM pg_index i \
 
 /// The indexes task-dedup builds, final and interim names: the INVALID ones among them
 /// are dropped by [`repair`] and built again.
-const OURS: [&str; 12] = [
+const OURS: [&str; 13] = [
     "task_run_lookup_idx",
     "task_run_claim_idx",
     CLAIM_INTERIM,
@@ -39,6 +39,7 @@ const OURS: [&str; 12] = [
     "task_run_created_idx",
     "task_run_key_prefix_idx",
     "task_run_user_queue_idx",
+    "task_run_slot_uidx",
 ];
 
 // m20261130_000001_task_dedup_create_task_run (on a table that exists already).
@@ -88,6 +89,9 @@ const SNOOZES: &str =
 // m20261205_000011_task_dedup_limits (the table of limits is the migration's)
 const USER_QUEUE_INDEX: &str = "CREATE INDEX CONCURRENTLY task_run_user_queue_idx ON task_run \
     (task_type, user_id, priority DESC, run_at, created_at, id) WHERE status = 'queued'";
+const RUN_SLOT: &str = "ALTER TABLE task_run ADD COLUMN IF NOT EXISTS run_slot integer NULL";
+const SLOT_INDEX: &str = "CREATE UNIQUE INDEX CONCURRENTLY task_run_slot_uidx ON task_run \
+    (task_type, run_slot) WHERE status = 'running' AND run_slot IS NOT NULL";
 
 // m20261202_000006_task_dedup_maintenance (the table of paused types is the migration's)
 const FINISHED_INDEX: &str =
@@ -259,6 +263,10 @@ pub(super) async fn prepare(run: &Run<'_>, name: &str) -> Result<(), OnlineError
         "m20261205_000011_task_dedup_limits" => {
             let queue = ("task_run_user_queue_idx", USER_QUEUE_INDEX);
             conn.index(run, name, queue, Dedup::Nothing).await?;
+            conn.column(run, name, "run_slot", RUN_SLOT).await?;
+            // No task has a number yet: nothing to resolve before the unique build.
+            let slot = ("task_run_slot_uidx", SLOT_INDEX);
+            conn.index(run, name, slot, Dedup::Nothing).await?;
         }
         "m20261204_000010_task_dedup_snoozes" => {
             conn.column(run, name, "snoozes", SNOOZES).await?;
