@@ -31,8 +31,9 @@ pub(crate) struct Limits {
     pub running: &'static str,
     /// The claim of a type whose only limit is `max_running`, in one statement and
     /// without the type's lock (PostgreSQL and SQLite; `None` elsewhere): the next due
-    /// tasks of the type, one per key, each given a free run slot below the limit (at
-    /// random on PostgreSQL, so that concurrent claims seldom pick the same); a slot
+    /// tasks of the type, one per key, each given a free run slot below the limit (on
+    /// PostgreSQL from a random one on, so that concurrent claims seldom pick the same;
+    /// only as many slots are looked at as it may need, not all the limit's); a slot
     /// taken meanwhile by another claim fails it in `task_run_slot_uidx`
     /// ([`Kind::SlotTaken`](super::Kind::SlotTaken)). Starts nothing when the type has
     /// other limits, or while one of its running tasks holds no slot below the limit

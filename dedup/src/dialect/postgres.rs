@@ -577,14 +577,16 @@ pub(crate) const LIMITS: Limits = Limits {
     // `task_run_type_status_created_idx` leads with the type and the status.
     running: "SELECT user_id, run_slot FROM task_run WHERE task_type = $1 AND status = 'running'",
     slot_claim: Some(concat!(
-        "WITH lim AS (SELECT max_running AS m FROM task_dedup_limits \
+        "WITH lim AS (SELECT max_running AS m, floor(random() * max_running)::int8 AS off \
+         FROM task_dedup_limits \
          WHERE task_type = $3 AND max_running IS NOT NULL AND max_running_per_user IS NULL \
          AND rate_starts IS NULL AND NOT fair), \
          run AS (SELECT run_slot FROM task_run WHERE task_type = $3 AND status = 'running'), \
-         free AS (SELECT s AS fslot, row_number() OVER (ORDER BY random()) AS fn \
-         FROM lim CROSS JOIN generate_series(0, lim.m - 1) AS s \
+         free AS (SELECT (lim.off + i) % lim.m AS fslot, row_number() OVER (ORDER BY i) AS fn \
+         FROM lim CROSS JOIN \
+         generate_series(0, least(lim.m, $4 + (SELECT count(*) FROM run)) - 1) AS i \
          WHERE NOT EXISTS (SELECT 1 FROM run WHERE run.run_slot IS NULL OR run.run_slot >= lim.m) \
-         AND NOT EXISTS (SELECT 1 FROM run WHERE run.run_slot = s)), \
+         AND NOT EXISTS (SELECT 1 FROM run WHERE run.run_slot = (lim.off + i) % lim.m)), \
          picked AS (SELECT pid, row_number() OVER (ORDER BY ppriority DESC, prun_at, pcreated_at, pid) AS pn \
          FROM (SELECT DISTINCT ON (user_id, resource_key, CASE WHEN concurrent THEN id END) \
          id AS pid, priority AS ppriority, run_at AS prun_at, created_at AS pcreated_at \

@@ -458,7 +458,8 @@ pub(crate) const LIMITS: Limits = Limits {
          WHERE task_type = ?3 AND max_running IS NOT NULL AND max_running_per_user IS NULL \
          AND rate_starts IS NULL AND NOT fair), \
          run AS (SELECT run_slot FROM task_run WHERE task_type = ?3 AND status = 'running'), \
-         series (s) AS (SELECT 0 FROM lim UNION ALL SELECT s + 1 FROM series, lim WHERE s + 1 < lim.m), \
+         series (s) AS (SELECT 0 FROM lim UNION ALL SELECT s + 1 FROM series, lim \
+         WHERE s + 1 < min(lim.m, ?4 + (SELECT count(*) FROM run))), \
          free AS (SELECT s AS fslot, row_number() OVER (ORDER BY s) AS fn FROM series, lim \
          WHERE NOT EXISTS (SELECT 1 FROM run WHERE run.run_slot IS NULL OR run.run_slot >= lim.m) \
          AND NOT EXISTS (SELECT 1 FROM run WHERE run.run_slot = series.s)), \

@@ -19,9 +19,12 @@ use task_dedup_entity::task_run;
 /// claim, before it returns empty-handed. Each loss means another claim won.
 pub(super) const MAX_CLAIM_RACES: u32 = 5;
 
-/// Which of a claim's parts goes first: the claim of the types without limits, or one
-/// limited type's. Taken in turn, so that none of them always fills the batch first.
+/// Which limited type's claim goes first, and whether the claim of the types without
+/// limits does: taken in turn, so that none of them always fills the batch first.
 static TURN: AtomicUsize = AtomicUsize::new(0);
+
+/// One claim in this many takes the types without limits before the limited ones.
+const MAIN_FIRST_EVERY: usize = 32;
 
 /// Claims up to `max` due tasks of `task_types` for `worker_id` (the trait method).
 pub(super) async fn claim_many<C: DedupConnection>(
@@ -45,15 +48,33 @@ pub(super) async fn claim_many<C: DedupConnection>(
     let claimed = if wanted.is_empty() {
         unlimited(db, &mut exec, worker_id, task_types, lease_micros, max).await?
     } else {
-        // `None`: the types without limits (the main claim passes over limited ones).
+        // The limited types first, each first in turn, then the others (`None`: the main
+        // claim, which passes over limited types) with the room left; one claim in
+        // `MAIN_FIRST_EVERY` takes the others first, so that a limited type with a long
+        // backlog under a limit it does not reach cannot keep them waiting. Not the
+        // main claim at every turn: behind such a backlog it reads every queued task
+        // of the limited type to pass over them.
+        let turn = TURN.fetch_add(1, Ordering::Relaxed);
         let mut parts: Vec<Option<&str>> = Vec::with_capacity(wanted.len() + 1);
+        let first = turn % wanted.len();
+        parts.extend(
+            wanted
+                .iter()
+                .cycle()
+                .skip(first)
+                .take(wanted.len())
+                .copied()
+                .map(Some),
+        );
         if task_types.len() != wanted.len() {
-            parts.push(None);
+            if turn % MAIN_FIRST_EVERY == 0 {
+                parts.insert(0, None);
+            } else {
+                parts.push(None);
+            }
         }
-        parts.extend(wanted.iter().copied().map(Some));
-        let first = TURN.fetch_add(1, Ordering::Relaxed) % parts.len();
         let mut claimed = Vec::new();
-        for part in parts.iter().cycle().skip(first).take(parts.len()) {
+        for part in &parts {
             let room = max - claimed.len() as i64;
             if room <= 0 {
                 break;
