@@ -67,7 +67,7 @@ pub(super) async fn claim_many<C: DedupConnection>(
                 .map(Some),
         );
         if task_types.len() != wanted.len() {
-            if turn % MAIN_FIRST_EVERY == 0 {
+            if turn.is_multiple_of(MAIN_FIRST_EVERY) {
                 parts.insert(0, None);
             } else {
                 parts.push(None);
