@@ -535,27 +535,14 @@ async fn a_claim_holding_the_limit_lock_killed_frees_the_type(db: &TestDb) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a child process of workers_in_two_processes_stay_within_the_limits"]
 async fn child_limited_worker_runs_until_killed() {
-    let (Ok(url), Ok(id)) = (
-        std::env::var("TASK_DEDUP_LIMITS_CHILD_URL"),
-        std::env::var("TASK_DEDUP_LIMITS_CHILD_ID"),
-    ) else {
-        return;
-    };
-    let db = task_dedup::connect(&url).await.expect("connect");
-    let worker = Worker::builder(db)
-        .id(id)
-        .concurrency(4)
-        .poll_interval(Duration::from_millis(5), Duration::from_millis(20))
-        .fallback_poll(Duration::from_millis(100))
-        .retention(Retention::off())
-        .handler(|_: task_run::Model, _: CancellationToken| async {
-            tokio::time::sleep(Duration::from_millis(25)).await;
-            Ok(None)
-        })
-        .build()
-        .expect("worker");
-    println!("ready");
-    worker.run(CancellationToken::new()).await.expect("run");
+    common::children::run_worker(
+        ("TASK_DEDUP_LIMITS_CHILD_URL", "TASK_DEDUP_LIMITS_CHILD_ID"),
+        4,
+        (Duration::from_millis(5), Duration::from_millis(20)),
+        Duration::from_millis(100),
+        Duration::from_millis(25),
+    )
+    .await;
 }
 
 fn child(url: &str, id: &str) -> Child {

@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 use common::TestDb;
 use sea_orm::{DatabaseConnection, TransactionTrait};
 use task_dedup::{
-    CancellationToken, DedupError, InvalidReason, NewTask, Retention, TaskDedup, TaskKey,
-    TaskStatus, TaskWorker, Worker, task_run,
+    DedupError, InvalidReason, NewTask, TaskDedup, TaskKey, TaskStatus, TaskWorker, task_run,
 };
 
 matrix!(
@@ -139,27 +138,14 @@ async fn invalid_type_names_are_rejected_before_sql(db: &TestDb) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a child process of workers_in_two_processes_honour_a_pause"]
 async fn child_worker_runs_until_killed() {
-    let (Ok(url), Ok(id)) = (
-        std::env::var("TASK_DEDUP_PAUSE_CHILD_URL"),
-        std::env::var("TASK_DEDUP_PAUSE_CHILD_ID"),
-    ) else {
-        return;
-    };
-    let db = task_dedup::connect(&url).await.expect("connect");
-    let worker = Worker::builder(db)
-        .id(id)
-        .concurrency(1)
-        .poll_interval(Duration::from_millis(10), Duration::from_millis(50))
-        .fallback_poll(Duration::from_millis(200))
-        .retention(Retention::off())
-        .handler(|_: task_run::Model, _: CancellationToken| async {
-            tokio::time::sleep(Duration::from_millis(30)).await;
-            Ok(None)
-        })
-        .build()
-        .expect("worker");
-    println!("ready");
-    worker.run(CancellationToken::new()).await.expect("run");
+    common::children::run_worker(
+        ("TASK_DEDUP_PAUSE_CHILD_URL", "TASK_DEDUP_PAUSE_CHILD_ID"),
+        1,
+        (Duration::from_millis(10), Duration::from_millis(50)),
+        Duration::from_millis(200),
+        Duration::from_millis(30),
+    )
+    .await;
 }
 
 fn child(url: &str, id: &str) -> Child {

@@ -3,6 +3,40 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use task_dedup::{CancellationToken, Retention, Worker, task_run};
+
+/// The body of a child worker process: when the parent set `url_var` and `id_var`, a
+/// `Worker` of every type, `concurrency` at a time, polling within `poll`, each task
+/// taking `task_time`, until it is killed (it says `ready` first). Nothing otherwise
+/// (the test runs on its own as an ignored one).
+pub async fn run_worker(
+    (url_var, id_var): (&str, &str),
+    concurrency: usize,
+    poll: (Duration, Duration),
+    fallback_poll: Duration,
+    task_time: Duration,
+) {
+    let (Ok(url), Ok(id)) = (std::env::var(url_var), std::env::var(id_var)) else {
+        return;
+    };
+    let db = task_dedup::connect(&url).await.expect("connect");
+    let worker = Worker::builder(db)
+        .id(id)
+        .concurrency(concurrency)
+        .poll_interval(poll.0, poll.1)
+        .fallback_poll(fallback_poll)
+        .retention(Retention::off())
+        .handler(move |_: task_run::Model, _: CancellationToken| async move {
+            tokio::time::sleep(task_time).await;
+            Ok(None)
+        })
+        .build()
+        .expect("worker");
+    println!("ready");
+    worker.run(CancellationToken::new()).await.expect("run");
+}
 
 /// Starts this test binary running only the ignored test `test`, with `envs`, and
 /// returns once the child printed a line with `ready`. Its later output is drained by a

@@ -14,6 +14,7 @@ use std::borrow::Cow;
 
 /// The unique index of run slots: `(task_type, run_slot)` over running tasks with one
 /// (migration 11).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) const SLOT_UIDX: &str = "task_run_slot_uidx";
 
 /// What a limited type's claim and the limits' settings run, per dialect.

@@ -303,17 +303,15 @@ fn candidates(rows: &[QueryResult]) -> Result<Vec<Candidate>, Failure> {
         .collect::<Result<_, sea_orm::DbErr>>()?)
 }
 
-/// The users a limited claim passes over, as its dialect binds them: one PostgreSQL
-/// array, one JSON array on SQLite, one value each on MySQL/MariaDB.
+/// The users a limited claim passes over, as its dialect binds them: as a claim binds
+/// task types (`args::task_types`: one PostgreSQL array, one JSON array on SQLite), and
+/// one value each on MySQL/MariaDB.
 fn users<'a>(dialect: Dialect, users: &[&'a str]) -> Vec<Arg<'a>> {
     match dialect {
-        #[cfg(feature = "postgres")]
-        Dialect::Postgres => vec![Arg::Array(args::Array::Str(users.to_vec()))],
-        #[cfg(feature = "sqlite")]
-        Dialect::Sqlite => vec![Arg::String(
-            serde_json::Value::from(users.to_vec()).to_string(),
-        )],
+        #[cfg(feature = "mysql")]
+        Dialect::MySql => users.iter().map(|user| Arg::Str(user)).collect(),
+        #[cfg(any(feature = "postgres", feature = "sqlite"))]
         #[allow(unreachable_patterns)]
-        _ => users.iter().map(|user| Arg::Str(user)).collect(),
+        _ => vec![args::task_types(dialect, users)],
     }
 }

@@ -126,20 +126,17 @@ async fn start(
         // Cleared since this process read the list: the other claims take its tasks.
         return Ok(Vec::new());
     };
-    // Counted only for a limit on running tasks (a rate or fairness alone needs none).
-    let (running, slots) = if limits.max_running.is_some() || limits.max_running_per_user.is_some()
-    {
-        let tasks = txn.running_of_type(task_type).await?;
-        let mut per_user: HashMap<String, i64> = HashMap::new();
-        for (user, _) in &tasks {
-            *per_user.entry(user.clone()).or_default() += 1;
+    // Counted only for a limit on running tasks (a rate or fairness alone needs none):
+    // each user's running tasks, and the run slots they hold.
+    let mut per_user: HashMap<String, i64> = HashMap::new();
+    let mut slots: HashSet<i32> = HashSet::new();
+    if limits.max_running.is_some() || limits.max_running_per_user.is_some() {
+        for (user, slot) in txn.running_of_type(task_type).await? {
+            *per_user.entry(user).or_default() += 1;
+            slots.extend(slot);
         }
-        let slots: HashSet<i32> = tasks.iter().filter_map(|(_, slot)| *slot).collect();
-        (per_user.into_iter().collect::<Vec<_>>(), slots)
-    } else {
-        (Vec::new(), HashSet::new())
-    };
-    let room = Room::of(&limits, &running, max);
+    }
+    let room = Room::of(&limits, per_user.values().sum(), max);
     if room.tasks <= 0 {
         if let Some(limit) = room.bound {
             crate::metrics::limit_waited(limit);
@@ -147,9 +144,9 @@ async fn start(
         return Ok(Vec::new());
     }
     let excluded: Vec<&str> = match room.per_user {
-        Some(per_user) => running
+        Some(limit) => per_user
             .iter()
-            .filter(|(_, n)| *n >= per_user)
+            .filter(|(_, n)| **n >= limit)
             .map(|(user, _)| user.as_str())
             .collect(),
         None => Vec::new(),
@@ -165,7 +162,7 @@ async fn start(
         let candidates = txn.limited_candidates(task_type, &excluded, read).await?;
         (candidates, None)
     };
-    let mut per_user: HashMap<&str, i64> = running.iter().map(|(u, n)| (u.as_str(), *n)).collect();
+    let mut per_user: HashMap<&str, i64> = per_user.iter().map(|(u, n)| (u.as_str(), *n)).collect();
     let mut keys = HashSet::with_capacity(candidates.len());
     let mut ids = Vec::with_capacity(candidates.len());
     let mut served = None;
@@ -275,15 +272,15 @@ struct Room {
 }
 
 impl Room {
-    fn of(limits: &LimitRow, running: &[(String, i64)], max: i64) -> Room {
+    /// `running`: the type's tasks running now.
+    fn of(limits: &LimitRow, running: i64, max: i64) -> Room {
         let mut room = Room {
             tasks: max,
             bound: None,
             per_user: limits.max_running_per_user.map(i64::from),
         };
-        let total: i64 = running.iter().map(|(_, n)| n).sum();
         if let Some(limit) = limits.max_running {
-            room.at_most(i64::from(limit) - total, "max_running");
+            room.at_most(i64::from(limit) - running, "max_running");
         }
         if let (Some(starts), Some((_, used))) = (limits.rate_starts, window(limits)) {
             room.at_most(i64::from(starts) - used, "rate");
@@ -319,19 +316,20 @@ mod tests {
 
     #[test]
     fn the_tightest_limit_sets_the_room() {
-        let running = [("a".to_owned(), 2), ("b".to_owned(), 1)];
-        let room = Room::of(&limits(Some(5), None, 1_500), &running, 10);
+        // Two users, 2 and 1 running.
+        let running = 3;
+        let room = Room::of(&limits(Some(5), None, 1_500), running, 10);
         assert_eq!((room.tasks, room.bound), (2, Some("max_running")));
         // 3 starts a window, 2 in the current one: room for 1.
-        let room = Room::of(&limits(Some(5), Some((3, 1_000)), 1_500), &running, 10);
+        let room = Room::of(&limits(Some(5), Some((3, 1_000)), 1_500), running, 10);
         assert_eq!((room.tasks, room.bound), (1, Some("rate")));
         // A new window: its count starts at 0.
-        let room = Room::of(&limits(Some(5), Some((3, 1_000)), 2_000), &running, 10);
+        let room = Room::of(&limits(Some(5), Some((3, 1_000)), 2_000), running, 10);
         assert_eq!((room.tasks, room.bound), (2, Some("max_running")));
         // Lowered below what runs: no room, nothing interrupted.
-        let room = Room::of(&limits(Some(1), None, 1_500), &running, 10);
+        let room = Room::of(&limits(Some(1), None, 1_500), running, 10);
         assert_eq!(room.tasks, -2);
-        let room = Room::of(&limits(None, None, 1_500), &running, 10);
+        let room = Room::of(&limits(None, None, 1_500), running, 10);
         assert_eq!((room.tasks, room.bound), (10, None));
     }
 }
