@@ -417,6 +417,8 @@ async fn insert_or_read(
     for attempt in 1..=MAX_ENQUEUE_ATTEMPTS {
         let inserted = if find {
             exec.insert_or_find(row).await?
+        } else if attempt > 1 && !replace {
+            exec.insert_then_read(row).await?
         } else {
             exec.insert(row, replace).await?
         };

@@ -375,6 +375,21 @@ impl<'c> Executor<'c> {
         }
     }
 
+    /// The plain [`insert`](Self::insert) (never replacing), and where a holder could
+    /// finish between the insert and the read of it (MySQL on a pool), both in one
+    /// transaction that keeps the holder in place: for the attempts after a holder let
+    /// go before it was read.
+    pub(crate) async fn insert_then_read(
+        &mut self,
+        row: &task_run::Model,
+    ) -> Result<Inserted, Failure> {
+        #[cfg(feature = "mysql")]
+        if self.dialect == Dialect::MySql && !self.in_transaction() {
+            return mysql::insert_then_read(self, row).await;
+        }
+        self.insert(row, false).await
+    }
+
     /// Whether [`insert_or_find`](Self::insert_or_find) answers a hit in the same
     /// statement as the insert (PostgreSQL), rather than only inserting.
     pub(crate) fn finds_in_insert(&self) -> bool {

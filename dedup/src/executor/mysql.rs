@@ -33,6 +33,33 @@ pub(super) async fn insert(
     }
 }
 
+/// The insert and, when the key is held, the locking read of its holder, in one
+/// transaction. A duplicate-key error leaves a shared lock on the holder's index entry
+/// until the transaction ends, so the holder cannot finish between the two statements;
+/// on a pool's autocommit connection it can, and a holder that keeps finishing there
+/// starves a caller whose every read comes too late.
+pub(super) async fn insert_then_read(
+    exec: &mut Executor<'_>,
+    row: &task_run::Model,
+) -> Result<Inserted, Failure> {
+    let mut txn = exec.begin(false).await?;
+    let outcome = async {
+        match txn.affected(STATEMENTS.insert, args::row(row).into()).await {
+            Ok(_) => Ok(Inserted::Created),
+            Err(failure) if failure.is_held_key() => {
+                let key = args::slot(args::key_of(row), row.dedup_window_end);
+                let holder = txn
+                    .task(STATEMENTS.find_occupant_after_conflict, key.into())
+                    .await?;
+                Ok(holder.map_or(Inserted::Held, |held| Inserted::Existing(Box::new(held))))
+            }
+            Err(failure) => Err(failure),
+        }
+    }
+    .await;
+    txn.finish(outcome).await
+}
+
 /// After a duplicate-key error, with `ReplaceIfQueued`: the UPDATE and the read of its
 /// row in one transaction, so the row returned is the one written.
 async fn replace_queued(
