@@ -33,6 +33,7 @@ server_matrix!(
     writers_keep_working_through_an_online_upgrade,
     unique_build_resolves_duplicates_written_while_it_waits,
     duplicate_written_during_the_resolution,
+    last_attempt_after_duplicates_locks_the_table,
     killed_build_is_found_and_built_again,
     killed_guarded_build_leaves_a_guard_the_next_run_drops,
 );
@@ -64,7 +65,7 @@ fn assert_online(db: &TestDb, report: &OnlineReport) {
             Dialect::Postgres => &[Method::Instant],
             // A unique build that kept meeting duplicates of racing writers blocks
             // writes for its last attempts.
-            Dialect::MySql if index => &[Method::InPlace, Method::InPlaceShared],
+            Dialect::MySql if index => &[Method::InPlace, Method::InPlaceShared, Method::Locked],
             // Columns: the strongest form the server takes; STORED generated ones copy.
             Dialect::MySql => &[Method::Instant, Method::InPlace, Method::Copy],
         };
@@ -435,9 +436,18 @@ async fn unique_build_resolves_duplicates_written_while_it_waits(db: &TestDb) {
 /// The second step, online, in a task of its own, with a `lock_timeout` long enough to
 /// outwait a test's open writer.
 fn second_step_online(db: &TestDb) -> JoinHandle<Result<OnlineReport, OnlineError>> {
+    second_step_online_with(db, options().attempts)
+}
+
+/// [`second_step_online`] with `attempts`.
+fn second_step_online_with(
+    db: &TestDb,
+    attempts: u32,
+) -> JoinHandle<Result<OnlineReport, OnlineError>> {
     let db = db.db.clone();
     let mut opts = options();
     opts.lock_timeout = Duration::from_secs(30);
+    opts.attempts = attempts;
     tokio::spawn(async move { up_online(&db, Some(1), &opts).await })
 }
 
@@ -475,6 +485,40 @@ async fn first_step_with_marker(db: &TestDb) {
 /// Without the guard (or with it installed after the resolution), the PostgreSQL run
 /// takes the MySQL path: the duplicate goes in and this fails.
 async fn duplicate_written_during_the_resolution(db: &TestDb) {
+    let report = build_with_a_duplicate_during_the_resolution(db, 10).await;
+    let build = unique_build(&report);
+    if db.dialect == Dialect::MySql {
+        assert_eq!(build.method, Method::InPlace, "{build}");
+    }
+}
+
+/// As [`duplicate_written_during_the_resolution`], with two attempts: on MySQL/MariaDB
+/// the second is the last after duplicates failed the first, and runs with the table
+/// locked from its resolution to the end of the build, so that no writer can slip a
+/// duplicate in between (writers faster than a build otherwise fail every attempt, as
+/// `writers_keep_working_through_an_online_upgrade` once did in CI). PostgreSQL's
+/// guard needs one attempt.
+///
+/// Without the locked last attempt (an ordinary second attempt), the MySQL run
+/// reports `InPlaceShared` and this fails.
+async fn last_attempt_after_duplicates_locks_the_table(db: &TestDb) {
+    let report = build_with_a_duplicate_during_the_resolution(db, 2).await;
+    let build = unique_build(&report);
+    if db.dialect == Dialect::MySql {
+        assert_eq!(build.method, Method::Locked, "{build}");
+        let locks = common::count(
+            &db.db,
+            "SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST \
+             WHERE STATE LIKE 'Waiting for table%'",
+        )
+        .await;
+        assert_eq!(locks, 0, "the table is unlocked");
+    }
+}
+
+/// The scenario of [`duplicate_written_during_the_resolution`], with `attempts` for the
+/// run, and the outcome checked: what was kept, what was cancelled, no guard left.
+async fn build_with_a_duplicate_during_the_resolution(db: &TestDb, attempts: u32) -> OnlineReport {
     first_step_with_marker(db).await;
     let k = ("u", "t", "k");
     let oldest = rows::insert(&db.db, k, Running, at(0)).await.expect("seed");
@@ -492,7 +536,7 @@ async fn duplicate_written_during_the_resolution(db: &TestDb) {
         .expect("lock the duplicate");
 
     let admin = admin(db).await;
-    let run = second_step_online(db);
+    let run = second_step_online_with(db, attempts);
     let waiting = match db.dialect {
         Dialect::Postgres => waiting_build(db.dialect, "UPDATE task_run SET status"),
         // Seen at all, the UPDATE waits: the row it needs is locked. (Not joined with
@@ -559,6 +603,7 @@ async fn duplicate_written_during_the_resolution(db: &TestDb) {
     };
     assert_eq!(guards, 0, "the guard is gone with the build");
     admin.close().await.expect("close");
+    report
 }
 
 /// A build killed while it runs. PostgreSQL leaves an INVALID index: `invalid_indexes`

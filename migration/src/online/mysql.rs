@@ -19,6 +19,8 @@ use std::time::Instant;
 use sea_orm_migration::prelude::*;
 // Every statement run here is one of this file's constants, or one made of this
 // crate's index names and numbers: nothing comes from input.
+use chrono::SubsecRound;
+use sea_orm_migration::sea_orm::prelude::Uuid;
 use sea_orm_migration::sea_orm::sqlx::{
     self, AssertSqlSafe, MySqlConnection, pool::PoolConnection,
 };
@@ -130,6 +132,40 @@ const ER_LOCK_DEADLOCK: u16 = 1213;
 /// A unique build met duplicates (also those written while it ran, or InnoDB's
 /// spurious ones under concurrent writes).
 const ER_DUP_ENTRY: u16 = 1062;
+
+/// The locks of a locked build: `task_run` under every alias its statements use (a
+/// locked session must lock each alias it names).
+const LOCK_TASK_RUN: &str = "LOCK TABLES task_run WRITE, task_run AS t WRITE, task_run AS o WRITE";
+
+/// Active tasks of keys with more than one, each key's oldest first (as the active
+/// index's migration orders them: the oldest is kept).
+const ACTIVE_DUPLICATES: &str = "SELECT t.id, t.user_id, t.task_type, t.resource_key \
+    FROM task_run t WHERE t.status IN ('queued', 'running') AND EXISTS (SELECT 1 FROM task_run o \
+    WHERE o.user_id = t.user_id AND o.task_type = t.task_type \
+    AND o.resource_key = t.resource_key AND o.status IN ('queued', 'running') AND o.id <> t.id) \
+    ORDER BY t.user_id, t.task_type, t.resource_key, t.created_at, t.id";
+
+const CANCEL_DUPLICATE: &str = "UPDATE task_run SET status = 'cancelled', error = ?, \
+    finished_at = ?, updated_at = ? WHERE id = ? AND status IN ('queued', 'running')";
+
+/// A row of `ACTIVE_DUPLICATES`: the id and the key's columns, as bytes (a binary
+/// collation's `VARBINARY`).
+type ActiveRow = (Uuid, Vec<u8>, Vec<u8>, Vec<u8>);
+
+/// Of `ACTIVE_DUPLICATES`'s rows, those that lose to their key's first, each with the
+/// id of that first.
+fn superseded(rows: Vec<ActiveRow>) -> Vec<(Uuid, Uuid)> {
+    let mut losers = Vec::new();
+    let mut keeper: Option<(Uuid, [Vec<u8>; 3])> = None;
+    for (id, user_id, task_type, resource_key) in rows {
+        let key = [user_id, task_type, resource_key];
+        match &keeper {
+            Some((kept, kept_key)) if *kept_key == key => losers.push((id, *kept)),
+            _ => keeper = Some((id, key)),
+        }
+    }
+    losers
+}
 
 /// What a unique build resolves before each attempt.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -330,6 +366,52 @@ impl Session {
             .map_err(db_err)
     }
 
+    /// Cancels duplicate active tasks (with `active`, as the active index's migration
+    /// does: the oldest of a key is kept) and runs `sql`, with `task_run` locked for
+    /// this session alone (`LOCK TABLES ... WRITE`: reads and writes of others wait),
+    /// then unlocks it, whatever happened. Returns the duplicates resolved.
+    ///
+    /// Statements only, no transaction: `BEGIN` would release the table locks.
+    async fn locked_build(&mut self, sql: &str, active: bool) -> Result<u64, sqlx::Error> {
+        self.exec(LOCK_TASK_RUN).await?;
+        let outcome = self.resolve_and_build(sql, active).await;
+        let unlocked = self.exec("UNLOCK TABLES").await;
+        let resolved = outcome?;
+        unlocked?;
+        Ok(resolved)
+    }
+
+    async fn resolve_and_build(&mut self, sql: &str, active: bool) -> Result<u64, sqlx::Error> {
+        let conn: &mut MySqlConnection = &mut self.conn;
+        let mut cancelled = 0;
+        if active {
+            let rows: Vec<ActiveRow> = sqlx::query_as(AssertSqlSafe(ACTIVE_DUPLICATES))
+                .fetch_all(&mut *conn)
+                .await?;
+            let now = chrono::Utc::now().trunc_subsecs(6);
+            for (id, keeper) in superseded(rows) {
+                let error = format!(
+                    "cancelled by task-dedup: duplicate active task for this key, \
+                     superseded by task {keeper}"
+                );
+                cancelled += sqlx::query(AssertSqlSafe(CANCEL_DUPLICATE))
+                    .bind(error)
+                    .bind(now)
+                    .bind(now)
+                    .bind(id)
+                    .execute(&mut *conn)
+                    .await?
+                    .rows_affected();
+            }
+        }
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "{sql}, ALGORITHM=INPLACE, LOCK=SHARED"
+        )))
+        .execute(conn)
+        .await?;
+        Ok(cancelled)
+    }
+
     /// Adds a column unless the table has it, in the strongest form the server takes.
     async fn column(
         &mut self,
@@ -378,7 +460,36 @@ impl Session {
         let mut resolved = 0;
         let mut attempt = 1;
         let mut form = 0;
+        let mut duplicates_met = false;
         loop {
+            // The last attempt after duplicates failed the others: nothing left between
+            // the resolution and the build for a writer to slip a duplicate into.
+            // (Running duplicates are resolved on the migration's connection, which the
+            // lock would keep out: those builds keep to the attempts above.)
+            if attempt == run.options.attempts
+                && attempt > 1
+                && duplicates_met
+                && dedup != Dedup::Running
+            {
+                self.lock_wait(run, attempt).await?;
+                let resolution = self.locked_build(sql, dedup == Dedup::Active).await;
+                return match resolution {
+                    Ok(n) => {
+                        let method = Method::Locked;
+                        let resolved = resolved + n;
+                        run.record(
+                            migration,
+                            object.to_owned(),
+                            method,
+                            started,
+                            attempt,
+                            resolved,
+                        );
+                        Ok(())
+                    }
+                    Err(err) => Err(gave_up(object, attempt, err)),
+                };
+            }
             let resolution = match dedup {
                 Dedup::Nothing => Ok(0),
                 Dedup::Active => cancel_duplicate_active(&manager).await,
@@ -428,7 +539,10 @@ impl Session {
                 // concurrent writes change a key back and forth while it runs (seen on
                 // MariaDB 10.11 rebuilding task_active_resource_uidx, which the old
                 // index kept unique, under 16 writers). A real one fails every attempt.
-                Some(ER_DUP_ENTRY) => true,
+                Some(ER_DUP_ENTRY) => {
+                    duplicates_met = true;
+                    true
+                }
                 Some(ER_LOCK_WAIT_TIMEOUT | ER_LOCK_DEADLOCK) => true,
                 _ => false,
             };
