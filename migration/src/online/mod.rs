@@ -382,6 +382,8 @@ const INVALID_INDEXES: &str = "SELECT c.relname::text AS name FROM pg_index i \
 pub(crate) struct Run<'a> {
     pub(crate) db: &'a DatabaseConnection,
     pub(crate) dialect: Dialect,
+    // Read by the server dialects' builds only.
+    #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
     pub(crate) options: &'a OnlineOptions,
     changes: Mutex<Vec<Change>>,
 }
