@@ -41,6 +41,14 @@ pub(crate) struct Limits {
     /// (started before the limit, or before it was lowered): the locked claim counts
     /// those. Parameters: worker_id, lease, the type, how many.
     pub slot_claim: Option<&'static str>,
+    /// The first try of a type whose only limit is `max_running` (PostgreSQL; `None`
+    /// elsewhere): as [`slot_claim`](Self::slot_claim), with the slots of a random
+    /// range that no running task holds (a few ranges are probed in
+    /// `task_run_slot_uidx`), without reading every running task's slot; so about the
+    /// cost of a claim without limits while the limit is far from reached. Starts
+    /// nothing when no range it tried was free: then `slot_claim` runs. Same
+    /// parameters.
+    pub window_claim: Option<&'static str>,
     /// The next due tasks of one type, as the claims select them (not paused, none of a
     /// key with a task running unless `concurrent`), in claim order, locked and skipping
     /// rows other claimers hold: `id`, `user_id`, `resource_key`, `concurrent`.
@@ -90,6 +98,7 @@ pub(crate) mod tests {
             ("types", limits.types.into()),
             ("lock", limits.lock.into()),
             ("running", limits.running.into()),
+            ("window_claim", limits.window_claim.unwrap_or("-").into()),
             ("slot_claim", limits.slot_claim.unwrap_or("-").into()),
             ("candidates", (limits.candidates)(2)),
             ("fair_users", limits.fair_users.into()),

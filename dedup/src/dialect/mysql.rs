@@ -475,6 +475,7 @@ pub(crate) const LIMITS: Limits = Limits {
     ),
     running: "SELECT user_id, run_slot FROM task_run \
               WHERE task_type = ? AND status = 'running' LOCK IN SHARE MODE",
+    window_claim: None,
     slot_claim: None,
     candidates: |excluded| {
         let mut sql = String::from(concat!(

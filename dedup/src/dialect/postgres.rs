@@ -576,6 +576,41 @@ pub(crate) const LIMITS: Limits = Limits {
     ),
     // `task_run_type_status_created_idx` leads with the type and the status.
     running: "SELECT user_id, run_slot FROM task_run WHERE task_type = $1 AND status = 'running'",
+    // Slots `off .. off + $4` for a random `off` whose range no running task holds (a
+    // range probe of `task_run_slot_uidx`; four tries): no read of the running tasks'
+    // slots, and no join of tasks to free slots. Ids and slots are paired by position.
+    window_claim: Some(concat!(
+        "WITH lim AS (SELECT l.max_running AS m, w.off FROM task_dedup_limits l \
+         CROSS JOIN LATERAL (SELECT c.off FROM (SELECT floor(random() * \
+         (l.max_running - least($4, l.max_running) + 1))::int8 AS off \
+         FROM generate_series(1, 4)) AS c WHERE NOT EXISTS (SELECT 1 FROM task_run r \
+         WHERE r.task_type = $3 AND r.status = 'running' \
+         AND r.run_slot >= c.off AND r.run_slot < c.off + $4) LIMIT 1) AS w \
+         WHERE l.task_type = $3 AND l.max_running IS NOT NULL \
+         AND l.max_running_per_user IS NULL AND l.rate_starts IS NULL AND NOT l.fair \
+         AND NOT EXISTS (SELECT 1 FROM task_run r WHERE r.task_type = $3 \
+         AND r.status = 'running' AND (r.run_slot IS NULL OR r.run_slot >= l.max_running))) \
+         UPDATE task_run SET status = 'running', attempts = attempts + 1, lease_owner = $1, \
+         lease_expires_at = statement_timestamp() + $2 * interval '1 microsecond', \
+         started_at = statement_timestamp(), updated_at = statement_timestamp(), \
+         run_slot = lim.off + s.n - 1 \
+         FROM lim, unnest(ARRAY(SELECT id FROM (SELECT DISTINCT ON \
+         (user_id, resource_key, CASE WHEN concurrent THEN id END) \
+         id, priority, run_at, created_at \
+         FROM (SELECT id, user_id, resource_key, concurrent, priority, run_at, created_at ",
+        due_of_any_limit!(),
+        "AND task_type = $3 AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
+         WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
+         AND r.resource_key = t.resource_key AND ",
+        runs_serially_sql!(),
+        " OFFSET 0)) ORDER BY priority DESC, run_at, created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) AS due \
+         ORDER BY user_id, resource_key, CASE WHEN concurrent THEN id END, \
+         priority DESC, run_at, created_at, id) AS one_per_key \
+         ORDER BY priority DESC, run_at, created_at, id)) WITH ORDINALITY AS s (sid, n) \
+         WHERE task_run.id = s.sid AND s.n <= lim.m \
+         RETURNING ",
+        columns!()
+    )),
     slot_claim: Some(concat!(
         "WITH lim AS (SELECT max_running AS m, floor(random() * max_running)::int8 AS off \
          FROM task_dedup_limits \

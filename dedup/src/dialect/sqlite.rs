@@ -452,6 +452,7 @@ pub(crate) const LIMITS: Limits = Limits {
         " AS now_micros FROM task_dedup_limits WHERE task_type = ?"
     ),
     running: "SELECT user_id, run_slot FROM task_run WHERE task_type = ? AND status = 'running'",
+    window_claim: None,
     // Writers take turns on SQLite: the lowest free slot, which no other claim takes.
     slot_claim: Some(concat!(
         "WITH RECURSIVE lim AS (SELECT max_running AS m FROM task_dedup_limits \

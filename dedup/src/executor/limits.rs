@@ -97,14 +97,22 @@ impl Executor<'_> {
 
     /// The claim of a type whose only limit is `max_running`, in one statement
     /// (`Limits::slot_claim`); `None` where the dialect has none.
+    /// With `window`, its first try ([`Limits::window_claim`](crate::dialect::limits::Limits::window_claim)).
     pub(crate) async fn slot_claim(
         &mut self,
+        window: bool,
         worker_id: &str,
         task_type: &str,
         lease_micros: i64,
         max: i64,
     ) -> Result<Option<Vec<task_run::Model>>, Failure> {
-        let Some(sql) = self.dialect.limits().slot_claim else {
+        let limits = self.dialect.limits();
+        let sql = if window {
+            limits.window_claim
+        } else {
+            limits.slot_claim
+        };
+        let Some(sql) = sql else {
             return Ok(None);
         };
         let values = vec![

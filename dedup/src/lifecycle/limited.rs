@@ -38,9 +38,9 @@ const PER_USER_READ_AHEAD: i64 = 4;
 const FAIR_WALK: i64 = 64;
 
 /// Claims up to `max` due tasks of the limited `task_type`, as its limits allow: first
-/// the one-statement claim of a type whose only limit is `max_running` (where the
-/// dialect has it; it starts nothing otherwise), then, for what it left, the locked
-/// claim.
+/// the one-statement claims of a type whose only limit is `max_running` (where the
+/// dialect has them; they start nothing otherwise), a random range of free slots, then
+/// the free slots read, then, for what they left, the locked claim.
 pub(super) async fn claim<C: DedupConnection>(
     db: &C,
     exec: &mut Executor<'_>,
@@ -53,16 +53,20 @@ pub(super) async fn claim<C: DedupConnection>(
     let mut retrying = Retrying::new(db, Some(Duration::ZERO), "claim");
     let mut races = 0;
     let mut claimed = Vec::new();
-    let mut locked = false;
+    let mut stage = Stage::Window;
     loop {
         let want = max - claimed.len() as i64;
         let attempt = async {
-            let outcome = if locked {
-                let mut txn = exec.begin(true).await?;
-                let outcome = start(&mut txn, worker_id, task_type, lease_micros, want).await;
-                txn.finish(outcome).await
-            } else {
-                by_slots(exec, worker_id, task_type, lease_micros, want).await
+            let outcome = match stage {
+                Stage::Locked => {
+                    let mut txn = exec.begin(true).await?;
+                    let outcome = start(&mut txn, worker_id, task_type, lease_micros, want).await;
+                    txn.finish(outcome).await
+                }
+                Stage::Window | Stage::Slots => {
+                    let window = stage == Stage::Window;
+                    by_slots(exec, window, worker_id, task_type, lease_micros, want).await
+                }
             };
             match outcome {
                 // Another claim took a picked slot first, or started a task of a picked
@@ -76,10 +80,12 @@ pub(super) async fn claim<C: DedupConnection>(
             Some(Ok(Some(tasks))) => {
                 let full = tasks.len() as i64 == want;
                 claimed.extend(tasks);
-                if locked || full {
-                    return Ok(claimed);
-                }
-                locked = true;
+                stage = match stage {
+                    _ if full => return Ok(claimed),
+                    Stage::Window => Stage::Slots,
+                    Stage::Slots => Stage::Locked,
+                    Stage::Locked => return Ok(claimed),
+                };
             }
             Some(Ok(None)) if races < super::claim::MAX_CLAIM_RACES => races += 1,
             Some(Ok(None)) => return Ok(claimed),
@@ -89,27 +95,51 @@ pub(super) async fn claim<C: DedupConnection>(
     }
 }
 
+/// The tries of a limited type's claim, cheapest first; each takes what the one before
+/// left.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// A random range of free slots (`Limits::window_claim`).
+    Window,
+    /// The free slots, read (`Limits::slot_claim`).
+    Slots,
+    /// The type's row locked, its running tasks counted ([`start`]).
+    Locked,
+}
+
 /// The one-statement claim of a type whose only limit is `max_running`
-/// (`Limits::slot_claim`): none where the dialect has none. In the caller's transaction,
-/// a savepoint: a slot another claim took (a unique violation) would otherwise abort it.
+/// (`Limits::window_claim` with `window`, else `Limits::slot_claim`): none where the
+/// dialect has none. In the caller's transaction, a savepoint: a slot another claim took
+/// (a unique violation) would otherwise abort it.
 async fn by_slots(
     exec: &mut Executor<'_>,
+    window: bool,
     worker_id: &str,
     task_type: &str,
     lease_micros: i64,
     max: i64,
 ) -> Result<Vec<task_run::Model>, Failure> {
+    let limits = exec.dialect().limits();
+    if (if window {
+        limits.window_claim
+    } else {
+        limits.slot_claim
+    })
+    .is_none()
+    {
+        return Ok(Vec::new());
+    }
     if exec.in_transaction() {
         let mut txn = exec.begin(false).await?;
         let outcome = txn
-            .slot_claim(worker_id, task_type, lease_micros, max)
+            .slot_claim(window, worker_id, task_type, lease_micros, max)
             .await;
         return Ok(txn.finish(outcome).await?.unwrap_or_default());
     }
     // A rerun after a lost race, as the main claim's (`Executor::hold`).
     exec.hold().await?;
     Ok(exec
-        .slot_claim(worker_id, task_type, lease_micros, max)
+        .slot_claim(window, worker_id, task_type, lease_micros, max)
         .await?
         .unwrap_or_default())
 }
