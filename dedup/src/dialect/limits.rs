@@ -49,6 +49,13 @@ pub(crate) struct Limits {
     /// nothing when no range it tried was free: then `slot_claim` runs. Same
     /// parameters.
     pub window_claim: Option<&'static str>,
+    /// MySQL/MariaDB's first try for a type whose only limit is `max_running` (`None`
+    /// elsewhere): the limit `m` and each running task's `slot` (`NULL`: none), one row
+    /// per running task, or one with `status` `NULL` when none runs; no row when the
+    /// type has other limits. The claim picks free slots from it and starts the next
+    /// due tasks with them in the same transaction, without the type's lock. Parameter:
+    /// the type.
+    pub read_slots: Option<&'static str>,
     /// The next due tasks of one type, as the claims select them (not paused, none of a
     /// key with a task running unless `concurrent`), in claim order, locked and skipping
     /// rows other claimers hold: `id`, `user_id`, `resource_key`, `concurrent`.
@@ -99,6 +106,7 @@ pub(crate) mod tests {
             ("lock", limits.lock.into()),
             ("running", limits.running.into()),
             ("window_claim", limits.window_claim.unwrap_or("-").into()),
+            ("read_slots", limits.read_slots.unwrap_or("-").into()),
             ("slot_claim", limits.slot_claim.unwrap_or("-").into()),
             ("candidates", (limits.candidates)(2)),
             ("fair_users", limits.fair_users.into()),

@@ -476,6 +476,14 @@ pub(crate) const LIMITS: Limits = Limits {
     running: "SELECT user_id, run_slot FROM task_run \
               WHERE task_type = ? AND status = 'running' LOCK IN SHARE MODE",
     window_claim: None,
+    // `task_run_type_status_created_idx` finds the running tasks. A plain read: a slot
+    // taken by a claim it does not see fails that update in `task_run_slot_uidx`.
+    read_slots: Some(
+        "SELECT l.max_running AS m, r.status, r.run_slot AS slot FROM task_dedup_limits l \
+         LEFT JOIN task_run r ON r.task_type = l.task_type AND r.status = 'running' \
+         WHERE l.task_type = ? AND l.max_running IS NOT NULL \
+         AND l.max_running_per_user IS NULL AND l.rate_starts IS NULL AND NOT l.fair",
+    ),
     slot_claim: None,
     candidates: |excluded| {
         let mut sql = String::from(concat!(

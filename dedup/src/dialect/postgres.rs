@@ -579,6 +579,7 @@ pub(crate) const LIMITS: Limits = Limits {
     // Slots `off .. off + $4` for a random `off` whose range no running task holds (a
     // range probe of `task_run_slot_uidx`; four tries): no read of the running tasks'
     // slots, and no join of tasks to free slots. Ids and slots are paired by position.
+    read_slots: None,
     window_claim: Some(concat!(
         "WITH lim AS (SELECT l.max_running AS m, w.off FROM task_dedup_limits l \
          CROSS JOIN LATERAL (SELECT c.off FROM (SELECT floor(random() * \

@@ -452,8 +452,43 @@ pub(crate) const LIMITS: Limits = Limits {
         " AS now_micros FROM task_dedup_limits WHERE task_type = ?"
     ),
     running: "SELECT user_id, run_slot FROM task_run WHERE task_type = ? AND status = 'running'",
-    window_claim: None,
-    // Writers take turns on SQLite: the lowest free slot, which no other claim takes.
+    // Writers take turns on SQLite, so no other claim takes the same slots: those just
+    // above the highest running slot, or else those below the lowest (each a seek in
+    // `task_run_slot_uidx`), where the limit leaves room for a whole batch.
+    read_slots: None,
+    window_claim: Some(concat!(
+        "WITH lim AS (SELECT l.max_running AS m, CASE \
+         WHEN r.hi IS NULL THEN 0 WHEN r.hi + ?4 < l.max_running THEN r.hi + 1 \
+         WHEN r.lo >= ?4 THEN 0 END AS off \
+         FROM task_dedup_limits l, (SELECT (SELECT max(run_slot) FROM task_run \
+         WHERE task_type = ?3 AND status = 'running' AND run_slot >= 0) AS hi, \
+         (SELECT min(run_slot) FROM task_run \
+         WHERE task_type = ?3 AND status = 'running' AND run_slot >= 0) AS lo) AS r \
+         WHERE l.task_type = ?3 AND l.max_running IS NOT NULL \
+         AND l.max_running_per_user IS NULL AND l.rate_starts IS NULL AND NOT l.fair \
+         AND NOT EXISTS (SELECT 1 FROM task_run x WHERE x.task_type = ?3 \
+         AND x.status = 'running' AND (x.run_slot IS NULL OR x.run_slot >= l.max_running))), \
+         picked AS (SELECT id AS pid, row_number() OVER (ORDER BY priority DESC, run_at, created_at, id) AS pn \
+         FROM (SELECT id, priority, run_at, created_at, row_number() OVER (PARTITION BY user_id, \
+         resource_key, CASE WHEN concurrent THEN id END \
+         ORDER BY priority DESC, run_at, created_at, id) AS nth \
+         FROM (SELECT id, user_id, resource_key, concurrent, priority, run_at, created_at FROM ",
+        due_of_any_limit!(),
+        "AND task_type = ?3 AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
+         WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
+         AND r.resource_key = t.resource_key AND ",
+        runs_serially_sql!(),
+        ")) ORDER BY priority DESC, run_at, created_at, id LIMIT ?4)) WHERE nth = 1) \
+         UPDATE task_run SET status = 'running', attempts = attempts + 1, lease_owner = ?1, \
+         lease_expires_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?2), \
+         started_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
+         updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), run_slot = f.fslot \
+         FROM (SELECT pid, lim.off + pn - 1 AS fslot FROM picked, lim \
+         WHERE lim.off IS NOT NULL AND lim.off + pn - 1 < lim.m) AS f \
+         WHERE task_run.id = f.pid RETURNING ",
+        columns!()
+    )),
+    // The lowest free slots.
     slot_claim: Some(concat!(
         "WITH RECURSIVE lim AS (SELECT max_running AS m FROM task_dedup_limits \
          WHERE task_type = ?3 AND max_running IS NOT NULL AND max_running_per_user IS NULL \

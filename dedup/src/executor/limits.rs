@@ -124,6 +124,30 @@ impl Executor<'_> {
         Ok(Some(self.tasks(sql, values).await?))
     }
 
+    /// A type whose only limit is `max_running`: the limit and its running tasks' slots
+    /// (`None`: a task without one); `None` for another type, or where the dialect has
+    /// no such read (`Limits::read_slots`).
+    pub(crate) async fn read_slots(
+        &mut self,
+        task_type: &str,
+    ) -> Result<Option<(i64, Vec<Option<i64>>)>, Failure> {
+        let Some(sql) = self.dialect.limits().read_slots else {
+            return Ok(None);
+        };
+        let rows = self.rows(sql, vec![Arg::Str(task_type)]).await?;
+        let Some(first) = rows.first() else {
+            return Ok(None);
+        };
+        let limit = i64::from(first.try_get::<i32>("", "m")?);
+        let mut running = Vec::with_capacity(rows.len());
+        for row in &rows {
+            if row.try_get::<Option<String>>("", "status")?.is_some() {
+                running.push(row.try_get::<Option<i32>>("", "slot")?.map(i64::from));
+            }
+        }
+        Ok(Some((limit, running)))
+    }
+
     /// Up to `max` due tasks of `task_type` in claim order, none of `excluded` users,
     /// locked (SQLite: under the transaction's write lock).
     pub(crate) async fn limited_candidates(

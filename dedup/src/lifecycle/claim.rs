@@ -3,7 +3,7 @@
 //! is [`claim_mode`]'s choice. Limited types are claimed apart, each under its limits
 //! ([`limited`]).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use super::{claim_mode, limited};
@@ -23,8 +23,20 @@ pub(super) const MAX_CLAIM_RACES: u32 = 5;
 /// limits does: taken in turn, so that none of them always fills the batch first.
 static TURN: AtomicUsize = AtomicUsize::new(0);
 
-/// One claim in this many takes the types without limits before the limited ones.
+/// One claim in this many takes the types without limits before the limited ones,
+/// while that claim finds tasks.
 const MAIN_FIRST_EVERY: usize = 32;
+
+/// How many claims of the types without limits in a row found none: each doubles the
+/// turns between two that go first, up to [`MAX_MAIN_BACKOFF`] times (one claim in 512).
+/// Behind a limited type's backlog such a claim reads past every queued task of it (the
+/// claim index is not by type: 7 ms behind 10,000 on PostgreSQL, 20 times a claim) to
+/// find nothing; a drain of the limited type paid that one claim in 32.
+static MAIN_IDLE: AtomicU32 = AtomicU32::new(0);
+
+/// The most doublings of [`MAIN_FIRST_EVERY`] while the types without limits have none
+/// due.
+const MAX_MAIN_BACKOFF: u32 = 4;
 
 /// Claims up to `max` due tasks of `task_types` for `worker_id` (the trait method).
 pub(super) async fn claim_many<C: DedupConnection>(
@@ -51,9 +63,10 @@ pub(super) async fn claim_many<C: DedupConnection>(
         // The limited types first, each first in turn, then the others (`None`: the main
         // claim, which passes over limited types) with the room left; one claim in
         // `MAIN_FIRST_EVERY` takes the others first, so that a limited type with a long
-        // backlog under a limit it does not reach cannot keep them waiting. Not the
-        // main claim at every turn: behind such a backlog it reads every queued task
-        // of the limited type to pass over them.
+        // backlog under a limit it does not reach cannot keep them waiting (less often
+        // while they have none due: `MAIN_IDLE`). Not the main claim at every turn:
+        // behind such a backlog it reads every queued task of the limited type to pass
+        // over them.
         let turn = TURN.fetch_add(1, Ordering::Relaxed);
         let mut parts: Vec<Option<&str>> = Vec::with_capacity(wanted.len() + 1);
         let first = turn % wanted.len();
@@ -67,7 +80,8 @@ pub(super) async fn claim_many<C: DedupConnection>(
                 .map(Some),
         );
         if task_types.len() != wanted.len() {
-            if turn.is_multiple_of(MAIN_FIRST_EVERY) {
+            let backoff = MAIN_IDLE.load(Ordering::Relaxed).min(MAX_MAIN_BACKOFF);
+            if turn.is_multiple_of(MAIN_FIRST_EVERY << backoff) {
                 parts.insert(0, None);
             } else {
                 parts.push(None);
@@ -80,7 +94,18 @@ pub(super) async fn claim_many<C: DedupConnection>(
                 break;
             }
             claimed.extend(match part {
-                None => unlimited(db, &mut exec, worker_id, task_types, lease_micros, room).await?,
+                None => {
+                    let tasks =
+                        unlimited(db, &mut exec, worker_id, task_types, lease_micros, room).await?;
+                    if tasks.is_empty() {
+                        let _ = MAIN_IDLE.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                            Some(n.saturating_add(1))
+                        });
+                    } else {
+                        MAIN_IDLE.store(0, Ordering::Relaxed);
+                    }
+                    tasks
+                }
                 Some(task_type) => {
                     limited::claim(db, &mut exec, worker_id, task_type, lease_micros, room).await?
                 }

@@ -29,6 +29,7 @@ use crate::values::connection::DedupConnection;
 use crate::values::error::DedupError;
 use crate::values::validate::MAX_CLAIM;
 use task_dedup_entity::task_run;
+use uuid::Uuid;
 
 /// How many due tasks a claim under a per-user limit reads per task it may start: the
 /// batch passes over a user's tasks beyond that user's room.
@@ -99,7 +100,8 @@ pub(super) async fn claim<C: DedupConnection>(
 /// left.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Stage {
-    /// A random range of free slots (`Limits::window_claim`).
+    /// A random range of free slots (`Limits::window_claim`), or the slots read and
+    /// the free ones picked (`Limits::read_slots`, [`by_read_slots`]).
     Window,
     /// The free slots, read (`Limits::slot_claim`).
     Slots,
@@ -120,13 +122,23 @@ async fn by_slots(
     max: i64,
 ) -> Result<Vec<task_run::Model>, Failure> {
     let limits = exec.dialect().limits();
-    if (if window {
+    if window && limits.read_slots.is_some() {
+        // A caller's REPEATABLE READ transaction would read the slots of an older
+        // snapshot, and each rerun would meet the same taken slots: the locked claim's
+        // locking read sees the latest.
+        if exec.in_transaction() {
+            return Ok(Vec::new());
+        }
+        let mut txn = exec.begin(false).await?;
+        let outcome = by_read_slots(&mut txn, worker_id, task_type, lease_micros, max).await;
+        return txn.finish(outcome).await;
+    }
+    let statement = if window {
         limits.window_claim
     } else {
         limits.slot_claim
-    })
-    .is_none()
-    {
+    };
+    if statement.is_none() {
         return Ok(Vec::new());
     }
     if exec.in_transaction() {
@@ -142,6 +154,56 @@ async fn by_slots(
         .slot_claim(window, worker_id, task_type, lease_micros, max)
         .await?
         .unwrap_or_default())
+}
+
+/// The first try where the dialect reads the slots (`Limits::read_slots`,
+/// MySQL/MariaDB), in a transaction without the type's lock: the limit and the running
+/// tasks' slots, the next due tasks (locked, passing over those other claims hold; one
+/// per key), each started with a free slot from a random one on. Starts nothing while a
+/// running task holds no slot below the limit (the locked claim counts those). A slot
+/// that a claim this read did not see took meanwhile fails the update in
+/// `task_run_slot_uidx`, and the claim runs again.
+async fn by_read_slots(
+    txn: &mut Executor<'_>,
+    worker_id: &str,
+    task_type: &str,
+    lease_micros: i64,
+    max: i64,
+) -> Result<Vec<task_run::Model>, Failure> {
+    let Some((limit, running)) = txn.read_slots(task_type).await? else {
+        return Ok(Vec::new());
+    };
+    let mut taken = HashSet::with_capacity(running.len());
+    for slot in running {
+        match slot {
+            Some(slot) if slot < limit => taken.insert(slot),
+            _ => return Ok(Vec::new()),
+        };
+    }
+    let room = (limit - taken.len() as i64).min(max);
+    if room <= 0 {
+        return Ok(Vec::new());
+    }
+    let candidates = txn.limited_candidates(task_type, &[], room).await?;
+    let mut keys = HashSet::with_capacity(candidates.len());
+    let mut ids: Vec<Uuid> = candidates
+        .iter()
+        .filter(|c| c.concurrent || keys.insert((c.user_id.as_str(), c.resource_key.as_str())))
+        .map(|c| c.id)
+        .collect();
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    // From a random slot on, so that concurrent claims seldom pick the same.
+    let first = rand::random_range(0..limit);
+    let slots: Vec<Option<i64>> = (0..limit)
+        .map(|i| (first + i) % limit)
+        .filter(|slot| !taken.contains(slot))
+        .take(ids.len())
+        .map(Some)
+        .collect();
+    ids.truncate(slots.len());
+    txn.claim_ids(worker_id, lease_micros, &ids, &slots).await
 }
 
 /// One attempt, in its transaction.

@@ -534,6 +534,7 @@ pub(crate) fn is_deadlock(err: &DbErr) -> bool {
 
 /// The pause before retry `attempt` (1-based), on the server, so that this crate needs
 /// no runtime of its own.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) fn retry_pause(options: &OnlineOptions, attempt: u32) -> Duration {
     options.retry_delay.saturating_mul(attempt)
 }
