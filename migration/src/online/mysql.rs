@@ -472,23 +472,11 @@ impl Session {
                 && dedup != Dedup::Running
             {
                 self.lock_wait(run, attempt).await?;
-                let resolution = self.locked_build(sql, dedup == Dedup::Active).await;
-                return match resolution {
-                    Ok(n) => {
-                        let method = Method::Locked;
-                        let resolved = resolved + n;
-                        run.record(
-                            migration,
-                            object.to_owned(),
-                            method,
-                            started,
-                            attempt,
-                            resolved,
-                        );
-                        Ok(())
-                    }
-                    Err(err) => Err(gave_up(object, attempt, err)),
-                };
+                let n = (self.locked_build(sql, dedup == Dedup::Active).await)
+                    .map_err(|err| gave_up(object, attempt, err))?;
+                let (name, method) = (object.to_owned(), Method::Locked);
+                run.record(migration, name, method, started, attempt, resolved + n);
+                return Ok(());
             }
             let resolution = match dedup {
                 Dedup::Nothing => Ok(0),
