@@ -16,11 +16,12 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use sea_orm_migration::prelude::*;
-// Every statement run here is one of this file's constants, or one made of this
-// crate's index names and numbers: nothing comes from input.
 use chrono::SubsecRound;
+use sea_orm_migration::prelude::*;
 use sea_orm_migration::sea_orm::prelude::Uuid;
+// Every statement run here is one of this file's constants, or one made of this
+// crate's index names and numbers: nothing comes from input (the values it writes are
+// bound).
 use sea_orm_migration::sea_orm::sqlx::{
     self, AssertSqlSafe, MySqlConnection, pool::PoolConnection,
 };
