@@ -606,7 +606,9 @@ async fn reap(shared: Arc<Shared>, stop: CancellationToken) {
 }
 
 /// Prunes finished tasks every `retention.every`, give or take a fifth, until `stop`.
-/// Stopped between batches (or dropped inside one), it leaves every row deleted or whole.
+/// A pass under way when `stop` comes may finish within the cancel grace, so that the
+/// report counts what it deleted; dropped after it (between batches or inside one), it
+/// leaves every row deleted or whole.
 async fn prune(shared: Arc<Shared>, stop: CancellationToken) {
     let retention = shared.config.retention;
     loop {
@@ -616,9 +618,16 @@ async fn prune(shared: Arc<Shared>, stop: CancellationToken) {
             () = tokio::time::sleep(retention.every.mul_f64(jitter)) => {}
         }
         let db = shared.db();
+        let pass = db.prune(&retention);
+        tokio::pin!(pass);
         let pruned = tokio::select! {
-            () = stop.cancelled() => return,
-            pruned = db.prune(&retention) => pruned,
+            pruned = &mut pass => pruned,
+            () = stop.cancelled() => {
+                match tokio::time::timeout(shared.config.cancel_grace, pass).await {
+                    Ok(pruned) => pruned,
+                    Err(_) => return,
+                }
+            }
         };
         match pruned {
             Ok(report) => add(&shared.counters.pruned, report.total()),
