@@ -576,10 +576,10 @@ pub(crate) const LIMITS: Limits = Limits {
     ),
     // `task_run_type_status_created_idx` leads with the type and the status.
     running: "SELECT user_id, run_slot FROM task_run WHERE task_type = $1 AND status = 'running'",
+    read_slots: None,
     // Slots `off .. off + $4` for a random `off` whose range no running task holds (a
     // range probe of `task_run_slot_uidx`; four tries): no read of the running tasks'
     // slots, and no join of tasks to free slots. Ids and slots are paired by position.
-    read_slots: None,
     window_claim: Some(concat!(
         "WITH lim AS (SELECT l.max_running AS m, w.off FROM task_dedup_limits l \
          CROSS JOIN LATERAL (SELECT c.off FROM (SELECT floor(random() * \

@@ -452,10 +452,10 @@ pub(crate) const LIMITS: Limits = Limits {
         " AS now_micros FROM task_dedup_limits WHERE task_type = ?"
     ),
     running: "SELECT user_id, run_slot FROM task_run WHERE task_type = ? AND status = 'running'",
+    read_slots: None,
     // Writers take turns on SQLite, so no other claim takes the same slots: those just
     // above the highest running slot, or else those below the lowest (each a seek in
     // `task_run_slot_uidx`), where the limit leaves room for a whole batch.
-    read_slots: None,
     window_claim: Some(concat!(
         "WITH lim AS (SELECT l.max_running AS m, CASE \
          WHEN r.hi IS NULL THEN 0 WHEN r.hi + ?4 < l.max_running THEN r.hi + 1 \

@@ -95,33 +95,23 @@ impl Executor<'_> {
             .collect::<Result<_, sea_orm::DbErr>>()?)
     }
 
-    /// The claim of a type whose only limit is `max_running`, in one statement
-    /// (`Limits::slot_claim`); `None` where the dialect has none.
-    /// With `window`, its first try ([`Limits::window_claim`](crate::dialect::limits::Limits::window_claim)).
+    /// The claim of a type whose only limit is `max_running`, in one statement: `sql`,
+    /// `Limits::window_claim` or `Limits::slot_claim`.
     pub(crate) async fn slot_claim(
         &mut self,
-        window: bool,
+        sql: &'static str,
         worker_id: &str,
         task_type: &str,
         lease_micros: i64,
         max: i64,
-    ) -> Result<Option<Vec<task_run::Model>>, Failure> {
-        let limits = self.dialect.limits();
-        let sql = if window {
-            limits.window_claim
-        } else {
-            limits.slot_claim
-        };
-        let Some(sql) = sql else {
-            return Ok(None);
-        };
+    ) -> Result<Vec<task_run::Model>, Failure> {
         let values = vec![
             Arg::Str(worker_id),
             args::interval(self.dialect, lease_micros),
             Arg::Str(task_type),
             Arg::I64(max),
         ];
-        Ok(Some(self.tasks(sql, values).await?))
+        self.tasks(sql, values).await
     }
 
     /// A type whose only limit is `max_running`: the limit and its running tasks' slots

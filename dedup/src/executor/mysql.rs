@@ -44,16 +44,13 @@ pub(super) async fn insert_then_read(
 ) -> Result<Inserted, Failure> {
     let mut txn = exec.begin(false).await?;
     let outcome = async {
-        match txn.affected(STATEMENTS.insert, args::row(row).into()).await {
-            Ok(_) => Ok(Inserted::Created),
-            Err(failure) if failure.is_held_key() => {
-                let key = args::slot(args::key_of(row), row.dedup_window_end);
-                let holder = txn
-                    .task(STATEMENTS.find_occupant_after_conflict, key.into())
-                    .await?;
+        match insert(&mut txn, row, false).await? {
+            Inserted::Held => {
+                let key = args::key_of(row);
+                let holder = txn.find_occupant(key, row.dedup_window_end, true).await?;
                 Ok(holder.map_or(Inserted::Held, |held| Inserted::Existing(Box::new(held))))
             }
-            Err(failure) => Err(failure),
+            inserted => Ok(inserted),
         }
     }
     .await;

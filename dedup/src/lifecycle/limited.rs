@@ -65,8 +65,7 @@ pub(super) async fn claim<C: DedupConnection>(
                     txn.finish(outcome).await
                 }
                 Stage::Window | Stage::Slots => {
-                    let window = stage == Stage::Window;
-                    by_slots(exec, window, worker_id, task_type, lease_micros, want).await
+                    by_slots(exec, stage, worker_id, task_type, lease_micros, want).await
                 }
             };
             match outcome {
@@ -109,51 +108,48 @@ enum Stage {
     Locked,
 }
 
-/// The one-statement claim of a type whose only limit is `max_running`
-/// (`Limits::window_claim` with `window`, else `Limits::slot_claim`): none where the
-/// dialect has none. In the caller's transaction, a savepoint: a slot another claim took
-/// (a unique violation) would otherwise abort it.
+/// The lock-free claim of a type whose only limit is `max_running` at `stage`
+/// (`Window`: `Limits::window_claim`, or MySQL/MariaDB's [`by_read_slots`]; `Slots`:
+/// `Limits::slot_claim`): none where the dialect has none. In the caller's transaction,
+/// a savepoint: a slot another claim took (a unique violation) would otherwise abort it.
 async fn by_slots(
     exec: &mut Executor<'_>,
-    window: bool,
+    stage: Stage,
     worker_id: &str,
     task_type: &str,
     lease_micros: i64,
     max: i64,
 ) -> Result<Vec<task_run::Model>, Failure> {
     let limits = exec.dialect().limits();
-    if window && limits.read_slots.is_some() {
-        // A caller's REPEATABLE READ transaction would read the slots of an older
-        // snapshot, and each rerun would meet the same taken slots: the locked claim's
-        // locking read sees the latest.
-        if exec.in_transaction() {
-            return Ok(Vec::new());
+    let statement = match stage {
+        Stage::Window if limits.read_slots.is_some() => {
+            // A caller's REPEATABLE READ transaction would read the slots of an older
+            // snapshot, and each rerun would meet the same taken slots: the locked
+            // claim's locking read sees the latest.
+            if exec.in_transaction() {
+                return Ok(Vec::new());
+            }
+            let mut txn = exec.begin(false).await?;
+            let outcome = by_read_slots(&mut txn, worker_id, task_type, lease_micros, max).await;
+            return txn.finish(outcome).await;
         }
-        let mut txn = exec.begin(false).await?;
-        let outcome = by_read_slots(&mut txn, worker_id, task_type, lease_micros, max).await;
-        return txn.finish(outcome).await;
-    }
-    let statement = if window {
-        limits.window_claim
-    } else {
-        limits.slot_claim
+        Stage::Window => limits.window_claim,
+        Stage::Slots | Stage::Locked => limits.slot_claim,
     };
-    if statement.is_none() {
+    let Some(sql) = statement else {
         return Ok(Vec::new());
-    }
+    };
     if exec.in_transaction() {
         let mut txn = exec.begin(false).await?;
         let outcome = txn
-            .slot_claim(window, worker_id, task_type, lease_micros, max)
+            .slot_claim(sql, worker_id, task_type, lease_micros, max)
             .await;
-        return Ok(txn.finish(outcome).await?.unwrap_or_default());
+        return txn.finish(outcome).await;
     }
     // A rerun after a lost race, as the main claim's (`Executor::hold`).
     exec.hold().await?;
-    Ok(exec
-        .slot_claim(window, worker_id, task_type, lease_micros, max)
-        .await?
-        .unwrap_or_default())
+    exec.slot_claim(sql, worker_id, task_type, lease_micros, max)
+        .await
 }
 
 /// The first try where the dialect reads the slots (`Limits::read_slots`,
