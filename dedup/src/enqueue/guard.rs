@@ -11,6 +11,8 @@ use std::collections::HashSet;
 use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
+use foldhash::fast::FixedState;
+
 use crate::connect::retry::Retrying;
 use crate::dialect::{Dialect, Guarded};
 use crate::executor::Executor;
@@ -20,8 +22,9 @@ use crate::values::error::DedupError;
 /// A database as the cache knows it: its dialect and identity, `None` for transactions.
 type Database = (Dialect, Option<u64>);
 
-/// The databases found guarded.
-static GUARDED: LazyLock<Mutex<HashSet<Database>>> = LazyLock::new(|| Mutex::new(HashSet::new()));
+/// The databases found guarded (looked up on every enqueue: foldhash, not SipHash).
+static GUARDED: LazyLock<Mutex<HashSet<Database, FixedState>>> =
+    LazyLock::new(|| Mutex::new(HashSet::with_hasher(FixedState::with_seed(0))));
 
 /// Refuses to go on when `task_run` exists without its guarantee.
 ///
@@ -71,7 +74,7 @@ async fn check<C: DedupConnection + ?Sized>(
     }
 }
 
-fn lock() -> std::sync::MutexGuard<'static, HashSet<Database>> {
+fn lock() -> std::sync::MutexGuard<'static, HashSet<Database, FixedState>> {
     GUARDED
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())

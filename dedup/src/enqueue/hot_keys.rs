@@ -11,7 +11,7 @@
 //! time, which is what it catches. Keys are not told apart by database: a process that
 //! uses the same key on two databases shares the guess.
 
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Slots of the table (a power of two): 32 KiB.
@@ -27,9 +27,9 @@ pub(crate) struct Hot(u64);
 impl Hot {
     /// The key's three parts, in column order, and its window.
     pub(crate) fn of(key: [&str; 3], window_end: i64) -> Hot {
-        // SipHash with fixed keys: the table only has to agree with itself, within
-        // one process.
-        let mut hasher = std::hash::DefaultHasher::new();
+        // A fixed seed: the table only has to agree with itself, within one process.
+        // foldhash rather than SipHash: a fifth of the instructions, on every enqueue.
+        let mut hasher = foldhash::fast::FixedState::with_seed(0).build_hasher();
         key.hash(&mut hasher);
         window_end.hash(&mut hasher);
         Hot(hasher.finish().max(1))

@@ -10,6 +10,7 @@ pub(crate) mod outcome;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tracing::Instrument;
 use uuid::Uuid;
 
 use self::hot_keys::Hot;
@@ -270,53 +271,29 @@ pub trait TaskDedup: crate::values::connection::sealed::Sealed {
 
 #[async_trait]
 impl<C: DedupConnection> TaskDedup for C {
-    #[tracing::instrument(level = "debug", skip_all, fields(key = %task.key, task_id = tracing::field::Empty, outcome = tracing::field::Empty))]
     async fn find_or_enqueue(&self, task: NewTask) -> Result<Enqueued, DedupError> {
-        task.validate()?;
-        let mut exec = Executor::on(self)?;
-        let (on_conflict, budget, mut row) = task.into_row();
-        guard::ensure(self, budget, &mut exec).await?;
-        let replace = on_conflict == OnConflict::ReplaceIfQueued;
-        // Every retry keeps the id: an attempt lost with its connection may have
-        // committed the row, and then the retry finds it instead of inserting another.
-        let mut retrying = Retrying::new(self, budget, "find_or_enqueue");
-        let outcome = loop {
-            let after_lost_attempt = retrying.after_lost_attempt();
-            let attempt = async {
-                if after_lost_attempt && let Some(stored) = exec.by_id(row.id).await? {
-                    tracing::info!(task_id = %stored.id, key = %key_of(&row), "the lost attempt had created the task");
-                    return Ok(Enqueued::Existing(stored));
-                }
-                enqueue(&mut exec, replace, &mut row).await
-            };
-            // Boxed: this future is most of the call's state, and without the box every
-            // move of the call's future (the span's wrapper is one) copies it.
-            if let Some(outcome) = retrying.run(Box::pin(attempt)).await {
-                break outcome;
-            }
+        // The span only where a subscriber takes it: a disabled span still costs at
+        // every poll of what it wraps, on every call (BENCHMARKS.md, "Client CPU per
+        // hit"). Recorded on by name, never through `Span::current()`, which is the
+        // caller's span when this one is disabled.
+        let span = tracing::debug_span!(
+            "find_or_enqueue",
+            key = %task.key,
+            task_id = tracing::field::Empty,
+            outcome = tracing::field::Empty
+        );
+        let outcome = if span.is_disabled() {
+            find_or_enqueue_on(self, task).await
+        } else {
+            find_or_enqueue_on(self, task)
+                .instrument(span.clone())
+                .await
         };
-        // On a pool, a database that kept aborting the insert is contention on the key.
-        let outcome = outcome.map_err(|err| match err {
-            DedupError::TransactionAborted(_) if !exec.in_transaction() => DedupError::Contention {
-                key: key_of(&row).to_key(),
-                attempts: MAX_ENQUEUE_ATTEMPTS,
-            },
-            err => err,
-        });
-        match &outcome {
-            Ok(enqueued) => {
-                metrics::enqueued(enqueued.outcome_name(), 1);
-                let span = tracing::Span::current();
-                span.record("task_id", tracing::field::display(enqueued.task().id));
-                span.record("outcome", enqueued.outcome_name());
-            }
-            Err(DedupError::Contention { .. }) => metrics::contention(),
-            Err(_) => {}
-        }
-        if let Ok(Enqueued::Created(task) | Enqueued::Replaced(task)) = &outcome
-            && task.run_at <= task_run::now()
+        if let Ok(enqueued) = &outcome
+            && !span.is_disabled()
         {
-            notify::task_due(&mut exec).await?;
+            span.record("task_id", tracing::field::display(enqueued.task().id));
+            span.record("outcome", enqueued.outcome_name());
         }
         outcome
     }
@@ -379,11 +356,59 @@ async fn occupant<C: DedupConnection>(
     let mut retrying = Retrying::new(db, budget, operation);
     loop {
         let attempt = async { Ok(exec.find_occupant(key.parts(), window_end, false).await?) };
-        // Boxed, as in find_or_enqueue.
-        if let Some(outcome) = retrying.run(Box::pin(attempt)).await {
+        if let Some(outcome) = retrying.run(attempt).await {
             return outcome;
         }
     }
+}
+
+/// [`TaskDedup::find_or_enqueue`] on `db`, without its span.
+async fn find_or_enqueue_on<C: DedupConnection + ?Sized>(
+    db: &C,
+    task: NewTask,
+) -> Result<Enqueued, DedupError> {
+    task.validate()?;
+    let mut exec = Executor::on(db)?;
+    let (on_conflict, budget, mut row) = task.into_row();
+    guard::ensure(db, budget, &mut exec).await?;
+    let replace = on_conflict == OnConflict::ReplaceIfQueued;
+    // Every retry keeps the id: an attempt lost with its connection may have
+    // committed the row, and then the retry finds it instead of inserting another.
+    let mut retrying = Retrying::new(db, budget, "find_or_enqueue");
+    let outcome = loop {
+        let after_lost_attempt = retrying.after_lost_attempt();
+        let attempt = async {
+            if after_lost_attempt && let Some(stored) = exec.by_id(row.id).await? {
+                tracing::info!(task_id = %stored.id, key = %key_of(&row), "the lost attempt had created the task");
+                return Ok(Enqueued::Existing(stored));
+            }
+            enqueue(&mut exec, replace, &mut row).await
+        };
+        // Not boxed: with sqlx's acquire boxed where it runs (executor/conn.rs), the
+        // attempt's future is under 1 KB, and copying it costs less than a box.
+        if let Some(outcome) = retrying.run(attempt).await {
+            break outcome;
+        }
+    };
+    // On a pool, a database that kept aborting the insert is contention on the key.
+    let outcome = outcome.map_err(|err| match err {
+        DedupError::TransactionAborted(_) if !exec.in_transaction() => DedupError::Contention {
+            key: key_of(&row).to_key(),
+            attempts: MAX_ENQUEUE_ATTEMPTS,
+        },
+        err => err,
+    });
+    match &outcome {
+        Ok(enqueued) => metrics::enqueued(enqueued.outcome_name(), 1),
+        Err(DedupError::Contention { .. }) => metrics::contention(),
+        Err(_) => {}
+    }
+    if let Ok(Enqueued::Created(task) | Enqueued::Replaced(task)) = &outcome
+        && task.run_at <= task_run::now()
+    {
+        notify::task_due(&mut exec).await?;
+    }
+    outcome
 }
 
 /// Insert first, read on conflict: the body of `find_or_enqueue`, one attempt. Inserts

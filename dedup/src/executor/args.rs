@@ -310,29 +310,27 @@ type Query<'q, DB> = sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Argument
 /// A sqlx database task-dedup binds [`Arg`]s for.
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 pub(crate) trait Binds: sqlx::Database {
-    /// Binds `arg`, or gives it back with the query as it was when this database takes
-    /// no such parameter (an array outside PostgreSQL: a bug of the caller).
-    #[allow(clippy::result_large_err)]
-    fn bind_arg<'q>(
-        query: Query<'q, Self>,
-        arg: Arg<'q>,
-    ) -> Result<Query<'q, Self>, (Query<'q, Self>, Arg<'q>)>;
+    /// Binds `arg` in place (the query is not moved: it is a few hundred bytes, and a
+    /// statement binds up to a dozen values). `Err`: the value did not encode, or this
+    /// database takes no such parameter (an array outside PostgreSQL: a bug of the
+    /// caller).
+    fn bind_arg<'q>(query: &mut Query<'q, Self>, arg: Arg<'q>) -> Result<(), DbErr>;
 }
 
-/// Binds a scalar [`Arg`], or hands the query and the argument to `$other`.
+/// Binds a scalar [`Arg`], or hands the argument to `$other`.
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 macro_rules! bind_scalar {
     ($query:expr, $arg:expr, $other:ident => $otherwise:expr) => {
         match $arg {
-            Arg::Uuid(v) => $query.bind(v),
-            Arg::Str(v) => $query.bind(v),
-            Arg::String(v) => $query.bind(v),
-            Arg::Json(v) => $query.bind(v),
-            Arg::I16(v) => $query.bind(v),
-            Arg::I64(v) => $query.bind(v),
-            Arg::OptI64(v) => $query.bind(v),
-            Arg::Bool(v) => $query.bind(v),
-            Arg::Time(v) => $query.bind(v),
+            Arg::Uuid(v) => $query.try_bind(v),
+            Arg::Str(v) => $query.try_bind(v),
+            Arg::String(v) => $query.try_bind(v),
+            Arg::Json(v) => $query.try_bind(v),
+            Arg::I16(v) => $query.try_bind(v),
+            Arg::I64(v) => $query.try_bind(v),
+            Arg::OptI64(v) => $query.try_bind(v),
+            Arg::Bool(v) => $query.try_bind(v),
+            Arg::Time(v) => $query.try_bind(v),
             #[allow(unreachable_patterns)]
             $other => $otherwise,
         }
@@ -341,23 +339,21 @@ macro_rules! bind_scalar {
 
 #[cfg(feature = "postgres")]
 impl Binds for sqlx::Postgres {
-    fn bind_arg<'q>(
-        query: Query<'q, Self>,
-        arg: Arg<'q>,
-    ) -> Result<Query<'q, Self>, (Query<'q, Self>, Arg<'q>)> {
+    fn bind_arg<'q>(query: &mut Query<'q, Self>, arg: Arg<'q>) -> Result<(), DbErr> {
         use sqlx::types::Json;
-        Ok(bind_scalar!(query, arg, other => match other {
-            Arg::Array(Array::Uuid(v)) => query.bind(v),
-            Arg::Array(Array::Str(v)) => query.bind(v),
+        bind_scalar!(query, arg, other => match other {
+            Arg::Array(Array::Uuid(v)) => query.try_bind(v),
+            Arg::Array(Array::Str(v)) => query.try_bind(v),
             Arg::Array(Array::Json(v)) => {
-                query.bind(v.into_iter().map(|j| j.map(Json)).collect::<Vec<_>>())
+                query.try_bind(v.into_iter().map(|j| j.map(Json)).collect::<Vec<_>>())
             }
-            Arg::Array(Array::Bool(v)) => query.bind(v),
-            Arg::Array(Array::Time(v)) => query.bind(v),
-            Arg::Array(Array::I16(v)) => query.bind(v),
-            Arg::Array(Array::I64(v)) => query.bind(v),
-            other => return Err((query, other)),
-        }))
+            Arg::Array(Array::Bool(v)) => query.try_bind(v),
+            Arg::Array(Array::Time(v)) => query.try_bind(v),
+            Arg::Array(Array::I16(v)) => query.try_bind(v),
+            Arg::Array(Array::I64(v)) => query.try_bind(v),
+            other => return Err(not_taken(&other)),
+        })
+        .map_err(encode_err)
     }
 }
 
@@ -366,11 +362,9 @@ impl Binds for sqlx::Postgres {
 macro_rules! binds_scalars {
     ($db:ty) => {
         impl Binds for $db {
-            fn bind_arg<'q>(
-                query: Query<'q, Self>,
-                arg: Arg<'q>,
-            ) -> Result<Query<'q, Self>, (Query<'q, Self>, Arg<'q>)> {
-                Ok(bind_scalar!(query, arg, other => return Err((query, other))))
+            fn bind_arg<'q>(query: &mut Query<'q, Self>, arg: Arg<'q>) -> Result<(), DbErr> {
+                bind_scalar!(query, arg, other => return Err(not_taken(&other)))
+                    .map_err(encode_err)
             }
         }
     };
@@ -381,6 +375,23 @@ binds_scalars!(sqlx::MySql);
 #[cfg(feature = "sqlite")]
 binds_scalars!(sqlx::Sqlite);
 
+/// A parameter the database does not take.
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+fn not_taken(arg: &Arg<'_>) -> DbErr {
+    DbErr::Custom(format!(
+        "task-dedup: a parameter this database does not take: {arg:?}"
+    ))
+}
+
+/// A value that did not encode: the error sqlx would give when the statement ran
+/// (`Query::bind` keeps it until then), as SeaORM reports a failed query.
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+fn encode_err(err: sqlx::error::BoxDynError) -> DbErr {
+    DbErr::Query(sea_orm::RuntimeErr::SqlxError(
+        sqlx::Error::Encode(err).into(),
+    ))
+}
+
 /// `sql` with `args` bound, for sqlx.
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 pub(crate) fn bind<'q, DB: Binds>(
@@ -389,11 +400,7 @@ pub(crate) fn bind<'q, DB: Binds>(
 ) -> Result<Query<'q, DB>, DbErr> {
     let mut query = self::query(sql);
     for arg in args {
-        query = DB::bind_arg(query, arg).map_err(|(_, arg)| {
-            DbErr::Custom(format!(
-                "task-dedup: a parameter this database does not take: {arg:?}"
-            ))
-        })?;
+        DB::bind_arg(&mut query, arg)?;
     }
     Ok(query)
 }

@@ -58,8 +58,11 @@ impl<'c> Pool<'c> {
     /// Which database the pool connects to (host, port and database name; a SQLite
     /// file), hashed: pools of one database share it.
     pub(crate) fn identity(self) -> u64 {
-        use std::hash::{DefaultHasher, Hash, Hasher};
-        let mut hasher = DefaultHasher::new();
+        use std::hash::{BuildHasher, Hash, Hasher};
+        // foldhash, not std's SipHash: this runs on every enqueue (the guard's cache
+        // look-up), the value never leaves the process, and SipHash took about 1,000
+        // instructions of a hit's client work (BENCHMARKS.md, "Client CPU per hit").
+        let mut hasher = foldhash::fast::FixedState::with_seed(0).build_hasher();
         match self {
             #[cfg(feature = "postgres")]
             Pool::Postgres(pool) => {
@@ -136,13 +139,26 @@ impl Pool<'_> {
     pub(crate) async fn hold(self) -> Result<Held, DbErr> {
         Ok(match self {
             #[cfg(feature = "postgres")]
-            Pool::Postgres(pool) => Held::Postgres(pool.acquire().await.map_err(acquire_err)?),
+            Pool::Postgres(pool) => Held::Postgres(acquire(pool).await?),
             #[cfg(feature = "mysql")]
-            Pool::MySql(pool) => Held::MySql(pool.acquire().await.map_err(acquire_err)?),
+            Pool::MySql(pool) => Held::MySql(acquire(pool).await?),
             #[cfg(feature = "sqlite")]
-            Pool::Sqlite(pool) => Held::Sqlite(pool.acquire().await.map_err(acquire_err)?),
+            Pool::Sqlite(pool) => Held::Sqlite(acquire(pool).await?),
         })
     }
+}
+
+/// A connection of `pool`, until it is dropped.
+///
+/// Boxed (as the pool's `begin` is, in [`Conn::begin`]): sqlx's acquire may open a
+/// connection, and its future (1 to 5 KB) would otherwise sit in the future of every
+/// statement, which is copied whole at each step up the call stack (BENCHMARKS.md,
+/// "Client CPU per hit"). One allocation per statement instead.
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+async fn acquire<DB: sqlx::Database>(
+    pool: &sqlx::Pool<DB>,
+) -> Result<sqlx::pool::PoolConnection<DB>, DbErr> {
+    Box::pin(pool.acquire()).await.map_err(acquire_err)
 }
 
 /// Where statements run.
@@ -205,7 +221,7 @@ macro_rules! dispatch {
         match $conn {
             #[cfg(feature = "postgres")]
             Conn::Pool(Pool::Postgres(pool)) => {
-                let mut conn = pool.acquire().await.map_err(acquire_err)?;
+                let mut conn = acquire(pool).await?;
                 on_sqlx!(
                     sqlx::Postgres,
                     &mut *conn,
@@ -216,14 +232,14 @@ macro_rules! dispatch {
             }
             #[cfg(feature = "mysql")]
             Conn::Pool(Pool::MySql(pool)) => {
-                let mut conn = pool.acquire().await.map_err(acquire_err)?;
+                let mut conn = acquire(pool).await?;
                 on_sqlx!(sqlx::MySql, &mut *conn, $sql, $args, |$query, $executor| {
                     $sqlx
                 })
             }
             #[cfg(feature = "sqlite")]
             Conn::Pool(Pool::Sqlite(pool)) => {
-                let mut conn = pool.acquire().await.map_err(acquire_err)?;
+                let mut conn = acquire(pool).await?;
                 on_sqlx!(
                     sqlx::Sqlite,
                     &mut *conn,
@@ -370,6 +386,45 @@ impl<'c> Conn<'c> {
         }
     }
 
+    /// Runs `sql`, whose rows are tasks, and reads the first into one: for statements of
+    /// at most one row. On PostgreSQL sqlx reads that row alone (`fetch_optional`, no
+    /// vectors); a write that returns rows runs to its end before the first is sent, so
+    /// nothing of it is cut short. Elsewhere [`fetch_tasks`](Self::fetch_tasks)'s
+    /// reading of every row (SQLite's checkpoint needs it). `unprepared`: as for
+    /// [`fetch_all`](Self::fetch_all).
+    pub(crate) async fn fetch_task(
+        &mut self,
+        backend: DbBackend,
+        sql: Cow<'static, str>,
+        args: Vec<Arg<'_>>,
+        unprepared: bool,
+    ) -> Result<Option<task_run::Model>, DbErr> {
+        #[cfg(feature = "postgres")]
+        if !unprepared {
+            macro_rules! optional {
+                ($executor:expr) => {{
+                    let query = args::bind::<sqlx::Postgres>(sql, args)?;
+                    let row = query.fetch_optional($executor).await.map_err(query_err)?;
+                    return row.map(TaskRow::task).transpose();
+                }};
+            }
+            match self {
+                Conn::Pool(Pool::Postgres(pool)) => {
+                    let mut conn = acquire(pool).await?;
+                    optional!(&mut *conn)
+                }
+                Conn::Held(_, Held::Postgres(conn)) => optional!(&mut **conn),
+                Conn::PgTxn(txn) => optional!(&mut **txn),
+                _ => {}
+            }
+        }
+        Ok(self
+            .fetch_tasks(backend, sql, args, unprepared)
+            .await?
+            .into_iter()
+            .next())
+    }
+
     /// Runs `sql`; returns how many rows it affected. `unprepared`: as for
     /// [`fetch_all`](Self::fetch_all).
     pub(crate) async fn execute(
@@ -429,7 +484,7 @@ impl<'c> Conn<'c> {
         }
         match self {
             Conn::Pool(Pool::Postgres(pool)) => {
-                let mut conn = pool.acquire().await.map_err(acquire_err)?;
+                let mut conn = acquire(pool).await?;
                 raw!(&mut *conn)
             }
             Conn::Held(_, Held::Postgres(conn)) => raw!(&mut **conn),
@@ -473,18 +528,18 @@ impl<'c> Conn<'c> {
         Ok(match self {
             #[cfg(feature = "postgres")]
             Conn::Pool(Pool::Postgres(pool)) => {
-                Conn::PgTxn(pool.begin().await.map_err(acquire_err)?)
+                Conn::PgTxn(Box::pin(pool.begin()).await.map_err(acquire_err)?)
             }
             #[cfg(feature = "mysql")]
             Conn::Pool(Pool::MySql(pool)) => {
-                Conn::MySqlTxn(pool.begin().await.map_err(acquire_err)?)
+                Conn::MySqlTxn(Box::pin(pool.begin()).await.map_err(acquire_err)?)
             }
             #[cfg(feature = "sqlite")]
             Conn::Pool(Pool::Sqlite(pool)) => Conn::SqliteTxn(
                 if immediate {
-                    pool.begin_with("BEGIN IMMEDIATE").await
+                    Box::pin(pool.begin_with("BEGIN IMMEDIATE")).await
                 } else {
-                    pool.begin().await
+                    Box::pin(pool.begin()).await
                 }
                 .map_err(acquire_err)?,
             ),

@@ -313,7 +313,11 @@ impl<'c> Executor<'c> {
         sql: impl Into<Cow<'static, str>>,
         args: Vec<Arg<'_>>,
     ) -> Result<Option<task_run::Model>, Failure> {
-        Ok(self.tasks(sql, args).await?.into_iter().next())
+        let backend = self.backend();
+        Ok(self
+            .conn
+            .fetch_task(backend, sql.into(), args, self.unprepared)
+            .await?)
     }
 
     /// Starts a transaction of the executor's own (a savepoint inside a transaction).
@@ -385,7 +389,9 @@ impl<'c> Executor<'c> {
     ) -> Result<Inserted, Failure> {
         #[cfg(feature = "mysql")]
         if self.dialect == Dialect::MySql && !self.in_transaction() {
-            return mysql::insert_then_read(self, row).await;
+            // Boxed: only attempts after a miss take it, and its transaction's state
+            // would otherwise sit in every insert's future.
+            return Box::pin(mysql::insert_then_read(self, row)).await;
         }
         self.insert(row, false).await
     }

@@ -27,7 +27,11 @@ pub(super) async fn insert(
         .await
     {
         Ok(_) => Ok(Inserted::Created),
-        Err(failure) if failure.is_held_key() && replace => replace_queued(exec, row).await,
+        // Boxed, as the rare path: its transaction's state would otherwise sit in every
+        // insert's future.
+        Err(failure) if failure.is_held_key() && replace => {
+            Box::pin(replace_queued(exec, row)).await
+        }
         Err(failure) if failure.is_held_key() => Ok(Inserted::Held),
         Err(failure) => Err(failure),
     }

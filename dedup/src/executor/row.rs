@@ -29,7 +29,7 @@ impl TaskRow for &QueryResult {
 #[cfg(feature = "postgres")]
 impl TaskRow for sqlx::postgres::PgRow {
     fn task(self) -> Result<task_run::Model, DbErr> {
-        use sea_orm::ActiveEnum;
+        use sea_orm::Iterable;
         use sqlx::Row;
         use sqlx::postgres::{PgRow, Postgres};
 
@@ -40,18 +40,42 @@ impl TaskRow for sqlx::postgres::PgRow {
             row.try_get(column)
                 .map_err(|err| DbErr::Type(format!("task_run.{column}: {err}")))
         }
+        // The key's columns and the lease owner without sqlx's check of the column's
+        // type (four comparisons a column for `varchar`): every statement binds them
+        // as text, so a table where they are not text fails each statement before a
+        // row comes back. The bytes are still checked to be UTF-8.
+        fn text(row: &PgRow, column: &str) -> Result<String, DbErr> {
+            row.try_get_unchecked(column)
+                .map_err(|err| DbErr::Type(format!("task_run.{column}: {err}")))
+        }
+        fn opt_text(row: &PgRow, column: &str) -> Result<Option<String>, DbErr> {
+            row.try_get_unchecked(column)
+                .map_err(|err| DbErr::Type(format!("task_run.{column}: {err}")))
+        }
+        // The two enum columns, read as borrowed text: no String per row.
+        fn named<T: Iterable>(
+            row: &PgRow,
+            column: &str,
+            name: fn(&T) -> &'static str,
+        ) -> Result<T, DbErr> {
+            let value: &str = get(row, column)?;
+            T::iter()
+                .find(|variant| name(variant) == value)
+                .ok_or_else(|| DbErr::Type(format!("task_run.{column}: unknown value {value:?}")))
+        }
+        use task_dedup_entity::{TaskScope, TaskStatus};
         let row = &self;
         Ok(task_run::Model {
             id: get(row, "id")?,
-            user_id: get(row, "user_id")?,
-            task_type: get(row, "task_type")?,
-            resource_key: get(row, "resource_key")?,
-            status: task_dedup_entity::TaskStatus::try_from_value(&get(row, "status")?)?,
+            user_id: text(row, "user_id")?,
+            task_type: text(row, "task_type")?,
+            resource_key: text(row, "resource_key")?,
+            status: named(row, "status", |s: &TaskStatus| s.as_str())?,
             payload: get(row, "payload")?,
             result: get(row, "result")?,
             error: get(row, "error")?,
             attempts: get(row, "attempts")?,
-            lease_owner: get(row, "lease_owner")?,
+            lease_owner: opt_text(row, "lease_owner")?,
             lease_expires_at: get(row, "lease_expires_at")?,
             created_at: get(row, "created_at")?,
             updated_at: get(row, "updated_at")?,
@@ -59,7 +83,7 @@ impl TaskRow for sqlx::postgres::PgRow {
             finished_at: get(row, "finished_at")?,
             run_at: get(row, "run_at")?,
             priority: get(row, "priority")?,
-            scope: task_dedup_entity::TaskScope::try_from_value(&get(row, "scope")?)?,
+            scope: named(row, "scope", |s: &TaskScope| s.as_str())?,
             dedup_window_end: get(row, "dedup_window_end")?,
             concurrent: get(row, "concurrent")?,
             snoozes: get(row, "snoozes")?,
