@@ -378,6 +378,12 @@ async fn find_or_enqueue_on<C: DedupConnection + ?Sized>(
     let outcome = loop {
         let after_lost_attempt = retrying.after_lost_attempt();
         let attempt = async {
+            // One connection for the attempt's statements (a hit is two on MySQL and
+            // SQLite): one acquire instead of one per statement, each a boxed future
+            // sqlx makes large. It goes back to the pool when the attempt ends, lost
+            // or not, so a retry starts on another.
+            let mut exec = Executor::on(db)?;
+            exec.hold().await?;
             if after_lost_attempt && let Some(stored) = exec.by_id(row.id).await? {
                 tracing::info!(task_id = %stored.id, key = %key_of(&row), "the lost attempt had created the task");
                 return Ok(Enqueued::Existing(stored));

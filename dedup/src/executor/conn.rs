@@ -153,7 +153,8 @@ impl Pool<'_> {
 /// Boxed (as the pool's `begin` is, in [`Conn::begin`]): sqlx's acquire may open a
 /// connection, and its future (1 to 5 KB) would otherwise sit in the future of every
 /// statement, which is copied whole at each step up the call stack (BENCHMARKS.md,
-/// "Client CPU per hit"). One allocation per statement instead.
+/// "Client CPU per hit"). One allocation per connection taken instead (an enqueue's
+/// attempt takes one for all its statements: [`Executor::hold`](super::Executor::hold)).
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 async fn acquire<DB: sqlx::Database>(
     pool: &sqlx::Pool<DB>,
