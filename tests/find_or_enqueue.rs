@@ -13,8 +13,8 @@ use sea_orm::{
     TransactionTrait,
 };
 use task_dedup::{
-    DedupError, Enqueued, InvalidReason, KeyField, NewTask, TaskDedup, TaskKey, TaskStatus,
-    task_run,
+    DedupError, Enqueued, InvalidReason, KeyField, NewTask, OnConflict, TaskDedup, TaskKey,
+    TaskStatus, task_run,
 };
 use tokio::sync::Barrier;
 
@@ -702,18 +702,34 @@ async fn unreachable_database_is_an_error(db: &TestDb) {
     }
 }
 
+/// A pool of one connection: an attempt runs all its statements (the read after a
+/// conflict, the replace path's transaction) on the connection it holds, so none of them
+/// may wait for a second one.
 async fn thousand_sequential_calls_on_one_connection(db: &TestDb) {
     db.migrate().await;
     let one = db.pool(1).await;
     let mut active: HashMap<String, uuid::Uuid> = HashMap::new();
-    let (mut created, mut existing) = (0, 0);
+    let (mut created, mut existing, mut replaced) = (0, 0, 0);
     for i in 0..1_000u32 {
         let resource = format!("doc-{}", i % 100);
-        let outcome = one
-            .find_or_enqueue(NewTask::new(key(&resource)))
+        let replace = i % 5 == 4;
+        let mut task = NewTask::new(key(&resource));
+        if replace {
+            task = task.on_conflict(OnConflict::ReplaceIfQueued);
+        }
+        let outcome = tokio::time::timeout(Duration::from_secs(30), one.find_or_enqueue(task))
             .await
+            .unwrap_or_else(|_| panic!("call {i} waited for a second connection"))
             .unwrap_or_else(|e| panic!("call {i}: {e}"));
         match active.get(&resource) {
+            Some(id) if replace => {
+                assert!(
+                    matches!(outcome, Enqueued::Replaced(_)),
+                    "call {i}: {outcome:?}"
+                );
+                assert_eq!(outcome.task().id, *id);
+                replaced += 1;
+            }
             Some(id) => {
                 assert_eq!(outcome, Enqueued::Existing(outcome.task().clone()));
                 assert_eq!(outcome.task().id, *id);
@@ -730,10 +746,10 @@ async fn thousand_sequential_calls_on_one_connection(db: &TestDb) {
             active.remove(&resource);
         }
     }
-    assert_eq!(created + existing, 1_000);
+    assert_eq!(created + existing + replaced, 1_000);
     assert!(
-        created > 100 && existing > 100,
-        "{created} created, {existing} existing"
+        created > 100 && existing > 100 && replaced > 50,
+        "{created} created, {existing} existing, {replaced} replaced"
     );
 }
 
