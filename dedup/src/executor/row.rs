@@ -32,6 +32,7 @@ impl TaskRow for sqlx::postgres::PgRow {
         use sea_orm::Iterable;
         use sqlx::Row;
         use sqlx::postgres::{PgRow, Postgres};
+        use task_dedup_entity::{TaskScope, TaskStatus};
 
         fn get<'r, T>(row: &'r PgRow, column: &str) -> Result<T, DbErr>
         where
@@ -44,11 +45,10 @@ impl TaskRow for sqlx::postgres::PgRow {
         // type (four comparisons a column for `varchar`): every statement binds them
         // as text, so a table where they are not text fails each statement before a
         // row comes back. The bytes are still checked to be UTF-8.
-        fn text(row: &PgRow, column: &str) -> Result<String, DbErr> {
-            row.try_get_unchecked(column)
-                .map_err(|err| DbErr::Type(format!("task_run.{column}: {err}")))
-        }
-        fn opt_text(row: &PgRow, column: &str) -> Result<Option<String>, DbErr> {
+        fn text<'r, T: sqlx::Decode<'r, Postgres>>(
+            row: &'r PgRow,
+            column: &str,
+        ) -> Result<T, DbErr> {
             row.try_get_unchecked(column)
                 .map_err(|err| DbErr::Type(format!("task_run.{column}: {err}")))
         }
@@ -63,7 +63,6 @@ impl TaskRow for sqlx::postgres::PgRow {
                 .find(|variant| name(variant) == value)
                 .ok_or_else(|| DbErr::Type(format!("task_run.{column}: unknown value {value:?}")))
         }
-        use task_dedup_entity::{TaskScope, TaskStatus};
         let row = &self;
         Ok(task_run::Model {
             id: get(row, "id")?,
@@ -75,7 +74,7 @@ impl TaskRow for sqlx::postgres::PgRow {
             result: get(row, "result")?,
             error: get(row, "error")?,
             attempts: get(row, "attempts")?,
-            lease_owner: opt_text(row, "lease_owner")?,
+            lease_owner: text(row, "lease_owner")?,
             lease_expires_at: get(row, "lease_expires_at")?,
             created_at: get(row, "created_at")?,
             updated_at: get(row, "updated_at")?,
