@@ -388,11 +388,10 @@ impl<'c> Conn<'c> {
     }
 
     /// Runs `sql`, whose rows are tasks, and reads the first into one: for statements of
-    /// at most one row. On PostgreSQL sqlx reads that row alone (`fetch_optional`, no
-    /// vectors); a write that returns rows runs to its end before the first is sent, so
-    /// nothing of it is cut short. Elsewhere [`fetch_tasks`](Self::fetch_tasks)'s
-    /// reading of every row (SQLite's checkpoint needs it). `unprepared`: as for
-    /// [`fetch_all`](Self::fetch_all).
+    /// at most one row. sqlx reads that row alone (`fetch_optional`, no vectors); a
+    /// write that returns rows runs to its end before the first is sent, so nothing of
+    /// it is cut short. SQLite reads every row, as [`fetch_all`](Self::fetch_all) says
+    /// why. `unprepared`: as for [`fetch_all`](Self::fetch_all).
     pub(crate) async fn fetch_task(
         &mut self,
         backend: DbBackend,
@@ -400,30 +399,36 @@ impl<'c> Conn<'c> {
         args: Vec<Arg<'_>>,
         unprepared: bool,
     ) -> Result<Option<task_run::Model>, DbErr> {
-        #[cfg(feature = "postgres")]
-        if !unprepared {
-            macro_rules! optional {
-                ($executor:expr) => {{
-                    let query = args::bind::<sqlx::Postgres>(sql, args)?;
-                    let row = query.fetch_optional($executor).await.map_err(query_err)?;
-                    return row.map(TaskRow::task).transpose();
-                }};
-            }
-            match self {
-                Conn::Pool(Pool::Postgres(pool)) => {
-                    let mut conn = acquire(pool).await?;
-                    optional!(&mut *conn)
-                }
-                Conn::Held(_, Held::Postgres(conn)) => optional!(&mut **conn),
-                Conn::PgTxn(txn) => optional!(&mut **txn),
-                _ => {}
-            }
+        if unprepared {
+            let tasks = self.fetch_tasks(backend, sql, args, true).await?;
+            return Ok(tasks.into_iter().next());
         }
-        Ok(self
-            .fetch_tasks(backend, sql, args, unprepared)
-            .await?
-            .into_iter()
-            .next())
+        dispatch! {
+            self, backend, sql, args,
+            sqlx |query, executor| if backend == DbBackend::Sqlite {
+                query
+                    .fetch_all(executor)
+                    .await
+                    .map_err(query_err)?
+                    .into_iter()
+                    .next()
+                    .map(TaskRow::task)
+                    .transpose()
+            } else {
+                query
+                    .fetch_optional(executor)
+                    .await
+                    .map_err(query_err)?
+                    .map(TaskRow::task)
+                    .transpose()
+            },
+            seaorm |db, statement| db
+                .query_all_raw(statement)
+                .await?
+                .first()
+                .map(TaskRow::task)
+                .transpose()
+        }
     }
 
     /// Runs `sql`; returns how many rows it affected. `unprepared`: as for
