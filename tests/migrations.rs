@@ -563,6 +563,7 @@ async fn migrations_splice_into_an_application_migrator(db: &TestDb) {
             "m20261203_000009_task_dedup_pooler_function",
             "m20261204_000010_task_dedup_snoozes",
             "m20261205_000011_task_dedup_limits",
+            "m20261206_000012_task_dedup_virtual_markers",
             "m20270101_000001_create_widget",
         ]
     );
@@ -613,6 +614,7 @@ async fn standalone_and_application_migrators_keep_their_own_ledgers(db: &TestDb
             "m20261203_000009_task_dedup_pooler_function",
             "m20261204_000010_task_dedup_snoozes",
             "m20261205_000011_task_dedup_limits",
+            "m20261206_000012_task_dedup_virtual_markers",
         ]
     );
 

@@ -110,9 +110,10 @@ pub enum MigrateCommand {
 #[derive(Debug, Clone, Copy, Args)]
 pub struct OnlineArgs {
     /// Build every index without stopping writes: PostgreSQL `CREATE INDEX
-    /// CONCURRENTLY`, MySQL/MariaDB `ALGORITHM=INPLACE, LOCK=NONE` (adding a STORED
-    /// generated column still copies the table); SQLite: as without it. Says what it
-    /// built, how, and how long it took.
+    /// CONCURRENTLY`, MySQL/MariaDB `ALGORITHM=INPLACE, LOCK=NONE` (a run that stops
+    /// before step 12, or step 12 on a table made before it, still copies the table for
+    /// the generated columns); SQLite: as without it. Says what it built, how, and how
+    /// long it took.
     #[arg(long)]
     pub online: bool,
     /// With --online: the longest a statement waits for a lock that writers queue

@@ -18,7 +18,7 @@
 //! partial unique index over `(user_id, task_type, resource_key, dedup_window_end)` whose
 //! predicate is "the row holds its key" (`queued` or `running` for scope `active`,
 //! `queued` for scope `queued`, always for scope `period`). MySQL/MariaDB have no
-//! partial indexes: a stored generated column `occupied` is 1 while the row holds its
+//! partial indexes: a (virtual) generated column `occupied` is 1 while the row holds its
 //! key and NULL otherwise, and the unique index covers the key, the window and that
 //! column (a unique index admits any number of NULLs). Key columns are `VARBINARY` there
 //! so that keys compare byte for byte, as on the other two dialects.
@@ -40,6 +40,7 @@
 //! | `m20261203_000009_task_dedup_pooler_function` | PostgreSQL: the function `task_dedup_insert_or_find_v1`, which `PoolerMode::NoPreparedStatements` calls (plans kept per server session); nothing elsewhere |
 //! | `m20261204_000010_task_dedup_snoozes` | `snoozes`, how many times a handler snoozed the task (bounds a handler that snoozes for ever) |
 //! | `m20261205_000011_task_dedup_limits` | the table `task_dedup_limits` (flow control per task type: running tasks anywhere, per user, starts per window) |
+//! | `m20261206_000012_task_dedup_virtual_markers` | MySQL/MariaDB: `occupied` and `running_slot` made VIRTUAL (added instantly by an online upgrade; an existing STORED pair is converted by one table copy); nothing elsewhere |
 //!
 //! [`online`] builds the same schema without stopping a live table's writes:
 //! `CREATE INDEX CONCURRENTLY` on PostgreSQL, InnoDB online DDL on MySQL/MariaDB
@@ -85,6 +86,7 @@ mod m20261203_000008_task_dedup_key_prefix;
 mod m20261203_000009_task_dedup_pooler_function;
 mod m20261204_000010_task_dedup_snoozes;
 mod m20261205_000011_task_dedup_limits;
+mod m20261206_000012_task_dedup_virtual_markers;
 pub mod online;
 mod sql;
 
@@ -108,6 +110,7 @@ pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
         Box::new(m20261203_000009_task_dedup_pooler_function::Migration),
         Box::new(m20261204_000010_task_dedup_snoozes::Migration),
         Box::new(m20261205_000011_task_dedup_limits::Migration),
+        Box::new(m20261206_000012_task_dedup_virtual_markers::Migration),
     ]
 }
 

@@ -12,7 +12,7 @@
 //! | dialect | indexes | columns |
 //! |---|---|---|
 //! | PostgreSQL | `CREATE [UNIQUE] INDEX CONCURRENTLY`; a rebuilt index (the claim index, the unique index of scopes) is built under a new name, the old one dropped `CONCURRENTLY` and the new one renamed | `ADD COLUMN` with a constant default: a catalog change under a brief ACCESS EXCLUSIVE lock |
-//! | MySQL/MariaDB | `ALGORITHM=INPLACE, LOCK=NONE` | the strongest form the server accepts: `INSTANT`, then `INPLACE, LOCK=NONE`, then `COPY, LOCK=SHARED` (a STORED generated column is always a copy: writes wait) |
+//! | MySQL/MariaDB | `ALGORITHM=INPLACE, LOCK=NONE` | the strongest form the server accepts: `INSTANT`, then `INPLACE, LOCK=NONE`, then `COPY, LOCK=SHARED`; the generated columns behind the unique indexes VIRTUAL (`INSTANT`) in a run that goes through step 12, which makes them so (a STORED one is always a copy: writes wait) |
 //! | SQLite | the migrations as they are (one process writes at a time anyway); each step timed | |
 //!
 //! Every statement that takes a lock writers queue behind runs with
@@ -246,7 +246,7 @@ pub async fn up_online(
     options: &OnlineOptions,
 ) -> Result<OnlineReport, OnlineError> {
     options.validate()?;
-    let run = Run::new(db, options)?;
+    let mut run = Run::new(db, options)?;
     let manager = SchemaManager::new(db);
     let mut report = OnlineReport {
         fresh: !manager.has_table("task_run").await?,
@@ -258,7 +258,9 @@ pub async fn up_online(
     }
     let pending = Migrator::get_pending_migrations(db).await?;
     let limit = steps.map_or(usize::MAX, |n| n as usize);
-    for migration in pending.iter().take(limit) {
+    let pending = &pending[..pending.len().min(limit)];
+    run.virtual_markers = pending.iter().any(|m| m.name() == VIRTUAL_MARKERS);
+    for migration in pending {
         let name = migration.name().to_owned();
         let started = Instant::now();
         if !blocking {
@@ -309,8 +311,9 @@ pub async fn prepare_online(
 /// online and every `ALTER TABLE` bounded by [`OnlineOptions::lock_timeout`], outside
 /// any transaction; each change is listed in [`CompatReport::online`]. Duplicate active
 /// rows are resolved first, and again when a unique build meets new ones (see the
-/// [module](self)). MySQL/MariaDB: converting key columns to `VARBINARY` and adding the
-/// STORED generated columns copy the table (reads go on, writes wait). SQLite, or no
+/// [module](self)). MySQL/MariaDB: converting key columns to `VARBINARY` copies the
+/// table (reads go on, writes wait), and so does step 12 on STORED generated columns
+/// the table already has; new ones are added VIRTUAL, instantly. SQLite, or no
 /// `task_run` yet: [`ensure_schema`](crate::ensure_schema) itself.
 ///
 /// # Errors
@@ -378,6 +381,9 @@ const INVALID_INDEXES: &str = "SELECT c.relname::text AS name FROM pg_index i \
     JOIN pg_class c ON c.oid = i.indexrelid \
     WHERE i.indrelid = to_regclass('task_run') AND NOT i.indisvalid ORDER BY 1";
 
+/// The step that makes MySQL/MariaDB's generated key columns VIRTUAL.
+const VIRTUAL_MARKERS: &str = "m20261206_000012_task_dedup_virtual_markers";
+
 /// What an online run shares between its steps.
 pub(crate) struct Run<'a> {
     pub(crate) db: &'a DatabaseConnection,
@@ -385,6 +391,12 @@ pub(crate) struct Run<'a> {
     // Read by the server dialects' builds only.
     #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
     pub(crate) options: &'a OnlineOptions,
+    /// MySQL/MariaDB: [`VIRTUAL_MARKERS`] is among this run's steps, so the generated
+    /// columns of earlier steps are added VIRTUAL (instantly) rather than STORED (a
+    /// table copy each) only for that step to convert them. True unless `up_online`
+    /// stops before it.
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    pub(crate) virtual_markers: bool,
     changes: Mutex<Vec<Change>>,
 }
 
@@ -398,6 +410,7 @@ impl<'a> Run<'a> {
             db,
             dialect,
             options,
+            virtual_markers: true,
             changes: Mutex::new(Vec::new()),
         })
     }

@@ -2,13 +2,15 @@
 //! `lock_wait_timeout` bounds each `ALTER TABLE`'s metadata lock, which writers queue
 //! behind).
 //!
-//! Indexes are `ALGORITHM=INPLACE, LOCK=NONE`, generated columns included: the index of
-//! a STORED generated column reads it like any other column. Columns take the strongest
-//! form the server accepts, tried in order: `INSTANT`, `INPLACE, LOCK=NONE`,
-//! `COPY, LOCK=SHARED`. Adding a STORED generated column is always a copy (MariaDB 10.11
-//! and MySQL 8 refuse INPLACE for it): reads go on, writes wait for the copy. The frozen
-//! migrations made those columns STORED, so an online run cannot avoid it; it reports
-//! the change as [`Method::Copy`].
+//! Indexes are `ALGORITHM=INPLACE, LOCK=NONE`, generated columns included: InnoDB keeps
+//! an indexed virtual column's value in the index. Columns take the strongest form the
+//! server accepts, tried in order: `INSTANT`, `INPLACE, LOCK=NONE`, `COPY, LOCK=SHARED`.
+//! The generated columns behind the unique indexes are added VIRTUAL (`INSTANT`) when
+//! the run goes through step 12, which makes them VIRTUAL anyway; a run that stops
+//! before it adds them STORED as steps 2, 4 and 5 do, which is always a copy (MariaDB
+//! 10.11 and MySQL 8 refuse INPLACE for it): reads go on, writes wait for the copy, and
+//! the change is reported as [`Method::Copy`]. So is step 12's conversion of a table
+//! that has them STORED already.
 //!
 //! Each statement states the definition of the frozen migration that builds the same
 //! index or column (the snapshot tests compare the schemas both ways leave).
@@ -30,6 +32,9 @@ use sea_orm_migration::sea_orm::{DatabaseConnectionType, RuntimeErr};
 use super::{Method, OnlineError, Run, retry_pause};
 use crate::m20261130_000002_task_dedup_active_resource_uidx::cancel_duplicate_active;
 use crate::m20261201_000005_task_dedup_serial_per_key::exempt_running_duplicates;
+use crate::m20261206_000012_task_dedup_virtual_markers::{
+    MYSQL_OCCUPIED, MYSQL_RUNNING_SLOT, mysql_conversion, mysql_stored_columns,
+};
 use crate::sql::{self, Dialect};
 
 // m20261130_000001_task_dedup_create_task_run (on a table that exists already)
@@ -176,10 +181,46 @@ enum Dedup {
     Running,
 }
 
+/// The plain columns of later steps, in the order the migrations add them, each with
+/// its step.
+const PLAIN_COLUMNS: [(&str, &str, &str); 7] = [
+    ("m20261130_000003_task_dedup_scheduling", "run_at", RUN_AT),
+    (
+        "m20261130_000003_task_dedup_scheduling",
+        "priority",
+        PRIORITY,
+    ),
+    ("m20261130_000004_task_dedup_scopes", "scope", SCOPE),
+    (
+        "m20261130_000004_task_dedup_scopes",
+        "dedup_window_end",
+        WINDOW,
+    ),
+    (
+        "m20261201_000005_task_dedup_serial_per_key",
+        "concurrent",
+        CONCURRENT,
+    ),
+    ("m20261204_000010_task_dedup_snoozes", "snoozes", SNOOZES),
+    ("m20261205_000011_task_dedup_limits", "run_slot", RUN_SLOT),
+];
+
 /// Builds, online, what migration `name` builds; leaves the rest to the migration.
+///
+/// In a run that goes through step 12 the plain columns of every step come first:
+/// MariaDB adds a column `INSTANT` (or rebuilds the table in place, `LOCK=NONE`) only
+/// while the table has no indexed VIRTUAL column, so once the first unique index over
+/// a VIRTUAL column stands, each further column would be a table copy. They are
+/// appended in the migrations' order, and the VIRTUAL columns added `AFTER` the column
+/// they follow in the migrations' table, so the table ends as the migrations leave it.
 pub(super) async fn prepare(run: &Run<'_>, name: &str) -> Result<(), OnlineError> {
     let manager = run.manager();
     let mut conn = Session::open(run).await?;
+    if run.virtual_markers && manager.has_table("task_run").await? {
+        for (migration, column, sql) in PLAIN_COLUMNS {
+            conn.column(run, migration, column, sql).await?;
+        }
+    }
     match name {
         "m20261130_000001_task_dedup_create_task_run" => {
             if !manager.has_table("task_run").await? {
@@ -203,6 +244,18 @@ pub(super) async fn prepare(run: &Run<'_>, name: &str) -> Result<(), OnlineError
             }
         }
         "m20261130_000002_task_dedup_active_resource_uidx" => {
+            if run.virtual_markers {
+                // Step 4's unique index at once, under the name this step checks: no
+                // `active_marker` to add, nor to drop again (dropping a column copies
+                // the table once an indexed VIRTUAL column stands). On the rows there
+                // are (scope `active`, window 0, the defaults) it admits what this
+                // step's index admits.
+                let occupied = generated(run, OCCUPIED, MYSQL_OCCUPIED, "dedup_window_end");
+                conn.column(run, name, "occupied", &occupied).await?;
+                let active = ("task_active_resource_uidx", OCCUPIED_INDEX_ONLY);
+                conn.index(run, name, active, Dedup::Active).await?;
+                return Ok(());
+            }
             if manager.has_column("task_run", "dedup_window_end").await? {
                 return Ok(());
             }
@@ -239,7 +292,8 @@ pub(super) async fn prepare(run: &Run<'_>, name: &str) -> Result<(), OnlineError
             let columns =
                 sql::index_columns(&manager, Dialect::MySql, "task_active_resource_uidx").await?;
             if !columns.iter().any(|c| c == "dedup_window_end") {
-                conn.column(run, name, "occupied", OCCUPIED).await?;
+                let occupied = generated(run, OCCUPIED, MYSQL_OCCUPIED, "dedup_window_end");
+                conn.column(run, name, "occupied", &occupied).await?;
                 let sql = if columns.is_empty() {
                     OCCUPIED_INDEX_ONLY
                 } else {
@@ -268,7 +322,8 @@ pub(super) async fn prepare(run: &Run<'_>, name: &str) -> Result<(), OnlineError
                 .has_index("task_run", "task_running_resource_uidx")
                 .await?
             {
-                conn.column(run, name, "running_slot", RUNNING_SLOT).await?;
+                let slot = generated(run, RUNNING_SLOT, MYSQL_RUNNING_SLOT, "concurrent");
+                conn.column(run, name, "running_slot", &slot).await?;
                 let running = ("task_running_resource_uidx", RUNNING_INDEX);
                 conn.index(run, name, running, Dedup::Running).await?;
             }
@@ -300,9 +355,29 @@ pub(super) async fn prepare(run: &Run<'_>, name: &str) -> Result<(), OnlineError
         "m20261204_000010_task_dedup_snoozes" => {
             conn.column(run, name, "snoozes", SNOOZES).await?;
         }
+        "m20261206_000012_task_dedup_virtual_markers" => {
+            let stored = mysql_stored_columns(&manager).await?;
+            if !stored.is_empty() {
+                let object = format!("columns {} made VIRTUAL", stored.join(", "));
+                let sql = mysql_conversion(&stored, "VIRTUAL");
+                conn.alter(run, name, &object, &sql, &COLUMN_FORMS, Dedup::Nothing)
+                    .await?;
+            }
+        }
         other => return Err(super::unplanned(other)),
     }
     Ok(())
+}
+
+/// The `ADD COLUMN` of a generated column behind a unique index: as its step states it
+/// (`stored`), or as step 12 makes it (`column_virtual`, a column definition, placed
+/// after `after`) when the run goes through step 12.
+fn generated(run: &Run<'_>, stored: &str, column_virtual: &str, after: &str) -> String {
+    if run.virtual_markers {
+        format!("ALTER TABLE task_run ADD COLUMN {column_virtual} AFTER {after}")
+    } else {
+        stored.to_owned()
+    }
 }
 
 /// Runs an `ALTER TABLE` of the compat patch in the strongest form the server accepts.

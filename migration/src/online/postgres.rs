@@ -260,6 +260,8 @@ pub(super) async fn prepare(run: &Run<'_>, name: &str) -> Result<(), OnlineError
         }
         // A function (PostgreSQL) or nothing: no lock a writer waits behind.
         "m20261203_000009_task_dedup_pooler_function" => {}
+        // MySQL/MariaDB's generated columns: nothing here.
+        "m20261206_000012_task_dedup_virtual_markers" => {}
         "m20261205_000011_task_dedup_limits" => {
             let queue = ("task_run_user_queue_idx", USER_QUEUE_INDEX);
             conn.index(run, name, queue, Dedup::Nothing).await?;
