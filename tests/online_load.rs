@@ -86,12 +86,62 @@ async fn body(db: &TestDb) {
                 let in_phase = phase.load(Ordering::Acquire);
                 let began = Instant::now();
                 let ok = enqueue(&pool, dialect, &key).await.is_ok();
-                calls.push((in_phase, began.elapsed(), ok));
+                calls.push((in_phase, began.elapsed(), ok, began));
                 n += CLIENTS as u64;
             }
             calls
         }));
     }
+    // MySQL/MariaDB, during the upgrade: who writers wait behind. Every 200 ms, when a
+    // statement has run longer than half a second, the four longest are printed (the
+    // DDL they queue behind among them), at most once a second.
+    let monitor = (db.dialect == Dialect::MySql).then(|| {
+        let (pool, stop, phase) = (pool.db.clone(), stop.clone(), phase.clone());
+        tokio::spawn(async move {
+            let mut started = None::<Instant>;
+            let mut last = None::<u64>;
+            while !stop.load(Ordering::Acquire) {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                if phase.load(Ordering::Acquire) != 1 {
+                    continue;
+                }
+                let started = *started.get_or_insert_with(Instant::now);
+                let Ok(rows) = pool
+                    .query_all_raw(Statement::from_string(
+                        sea_orm::DbBackend::MySql,
+                        "SELECT CAST(COALESCE(STATE, '') AS CHAR) AS state, \
+                         CAST(LEFT(COALESCE(INFO, ''), 90) AS CHAR) AS info, \
+                         CAST(TIME_MS AS SIGNED) AS ms FROM information_schema.PROCESSLIST \
+                         WHERE COMMAND <> 'Sleep' AND INFO NOT LIKE '%PROCESSLIST%' \
+                         ORDER BY TIME_MS DESC LIMIT 4",
+                    ))
+                    .await
+                else {
+                    continue;
+                };
+                let waits = rows.iter().any(|r| {
+                    r.try_get::<i64>("", "ms").unwrap_or(0) > 500
+                        && !r
+                            .try_get::<String>("", "info")
+                            .unwrap_or_default()
+                            .starts_with("ALTER")
+                });
+                let second = started.elapsed().as_secs();
+                if waits && last != Some(second) {
+                    last = Some(second);
+                    for r in &rows {
+                        eprintln!(
+                            "[load] wait at {:+.1} s from the upgrade's start: {} ms {:?} {:?}",
+                            started.elapsed().as_secs_f64(),
+                            r.try_get::<i64>("", "ms").unwrap_or(0),
+                            r.try_get::<String>("", "state").unwrap_or_default(),
+                            r.try_get::<String>("", "info").unwrap_or_default(),
+                        );
+                    }
+                }
+            }
+        })
+    });
     let worker = {
         let (pool, stop, start) = (pool.db.clone(), stop.clone(), start.clone());
         tokio::spawn(async move {
@@ -113,6 +163,8 @@ async fn body(db: &TestDb) {
     tokio::time::sleep(STEADY).await;
     phase.store(1, Ordering::Release);
     let upgrade = Instant::now();
+    let upgrade_started = upgrade;
+    eprintln!("[load] upgrade starts");
     if online {
         let report = up_online(&db.db, None, &OnlineOptions::default())
             .await
@@ -132,6 +184,9 @@ async fn body(db: &TestDb) {
         calls.extend(client.await.expect("client"));
     }
     let drained = worker.await.expect("worker");
+    if let Some(monitor) = monitor {
+        monitor.await.expect("monitor");
+    }
 
     let mode = if online { "online" } else { "blocking" };
     eprintln!(
@@ -160,6 +215,19 @@ async fn body(db: &TestDb) {
             at(0.5),
             at(0.99),
             times.last().map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+        );
+    }
+    // Where the slowest calls fall (seconds from the upgrade's start), to match them with
+    // the changes' durations above.
+    let mut slowest: Vec<_> = calls.iter().filter(|c| c.0 != 9).collect();
+    slowest.sort_by_key(|c| std::cmp::Reverse(c.1));
+    for c in slowest.iter().take(5) {
+        let offset = c.3.saturating_duration_since(upgrade_started).as_secs_f64()
+            - upgrade_started.saturating_duration_since(c.3).as_secs_f64();
+        eprintln!(
+            "[load] slow call: {:.1} ms, phase {}, began at {offset:+.1} s from the upgrade's start",
+            c.1.as_secs_f64() * 1000.0,
+            ["before", "during", "after"][usize::from(c.0)]
         );
     }
     let doubled = common::keys_with_two_active(&db.db).await;
@@ -266,8 +334,13 @@ async fn enqueue(
 /// Claims the oldest queued task of the load's keys and finishes it.
 async fn drain_one(db: &DatabaseConnection) -> Result<bool, sea_orm::DbErr> {
     let backend = db.get_database_backend();
-    let claim = "SELECT id FROM task_run WHERE user_id = 'load' AND status = 'queued' \
-                 ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED";
+    // No ORDER BY: the first queued task of the load's keys in the lookup index. Ordered
+    // by `created_at` it read past the history's 100,000 queued rows on every claim (no
+    // index of the first step serves that order for one user), a transaction of up to a
+    // second that each `ALTER TABLE`'s metadata lock, and every writer behind it, waited
+    // for.
+    let claim = "SELECT id FROM task_run WHERE user_id = 'load' AND task_type = 'render' \
+                 AND status = 'queued' LIMIT 1 FOR UPDATE SKIP LOCKED";
     let txn = sea_orm::TransactionTrait::begin(db).await?;
     let Some(row) = txn
         .query_one_raw(Statement::from_string(backend, claim))
