@@ -6,10 +6,13 @@
 #
 #   bench/online_upgrade.sh
 #   ONLINE_ROWS=1000000 ONLINE_DIALECTS=postgres ONLINE_MODES=online bench/online_upgrade.sh
+#   ONLINE_START=legacy bench/online_upgrade.sh    # the compat patch on a legacy table
 #
 # Environment: TASK_DEDUP_POSTGRES_URL, TASK_DEDUP_MYSQL_URL (the test harness's: a
 # database per run is created and dropped), ONLINE_ROWS (5000000), ONLINE_DIALECTS
-# ("postgres mysql sqlite"), ONLINE_MODES ("online blocking"), ONLINE_CARGO_FLAGS (e.g.
+# ("postgres mysql sqlite"), ONLINE_MODES ("online blocking"), ONLINE_START ("first": the
+# first migration's table, then every migration; "legacy": a table made by hand, then
+# the compat patch, ensure_schema_online or ensure_schema), ONLINE_CARGO_FLAGS (e.g.
 # --release; default: the debug build the tests use). Raw lines go to
 # bench/results/online-upgrade-<timestamp>.txt.
 set -euo pipefail
@@ -32,8 +35,8 @@ for dialect in $dialects; do
         continue
     fi
     for mode in $modes; do
-        echo "== $dialect $mode" | tee -a "$out"
-        TASK_DEDUP_LOAD_DIALECT=$dialect TASK_DEDUP_LOAD_MODE=$mode TASK_DEDUP_LOAD_ROWS=$rows \
+        echo "== $dialect $mode ${ONLINE_START:-first}" | tee -a "$out"
+        TASK_DEDUP_LOAD_START=${ONLINE_START:-first} TASK_DEDUP_LOAD_DIALECT=$dialect TASK_DEDUP_LOAD_MODE=$mode TASK_DEDUP_LOAD_ROWS=$rows \
             cargo test "${flags[@]}" --test online_load upgrade_under_load \
             -- --ignored --nocapture 2>&1 | grep -E -A1 '^\[load\]|panicked' | grep -v '^--$' \
             | tee -a "$out" || echo "== $dialect $mode failed" | tee -a "$out"

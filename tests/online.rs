@@ -262,6 +262,20 @@ async fn ensure_schema_online_leaves_what_ensure_schema_leaves(db: &TestDb) {
                 }
             }
         }
+        if online {
+            // Every index the patch created was built online, and said so: none left to
+            // the frozen migrations' plain `CREATE INDEX`.
+            for index in &report.created_indexes {
+                assert!(
+                    report
+                        .online
+                        .iter()
+                        .any(|c| c.object.contains(index.as_str())),
+                    "{index} not built online: {:#?}",
+                    report.online
+                );
+            }
+        }
         let mut report = report;
         report.online.clear();
         outcomes.push((report, schema(db).await));

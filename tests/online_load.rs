@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use common::{Dialect, TestDb};
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement, Value};
-use task_dedup_migration::online::{OnlineOptions, up_online};
+use task_dedup_migration::online::{OnlineOptions, ensure_schema_online, up_online};
 use task_dedup_migration::{Migrator, MigratorTrait};
 use tokio::sync::Barrier;
 
@@ -57,9 +57,16 @@ fn env_u64(name: &str, default: u64) -> u64 {
 async fn body(db: &TestDb) {
     let rows = env_u64("TASK_DEDUP_LOAD_ROWS", 5_000_000);
     let online = std::env::var("TASK_DEDUP_LOAD_MODE").as_deref() != Ok("blocking");
-    Migrator::up(&db.db, Some(1)).await.expect("first step");
+    // `legacy`: a table made by hand before the migrations, brought up by the compat
+    // patch (`ensure_schema_online`, or `ensure_schema` when blocking).
+    let legacy = std::env::var("TASK_DEDUP_LOAD_START").as_deref() == Ok("legacy");
+    if legacy {
+        common::schema::create_legacy_table(db).await;
+    } else {
+        Migrator::up(&db.db, Some(1)).await.expect("first step");
+    }
     let started = Instant::now();
-    fill(db, rows).await;
+    fill(db, rows, legacy).await;
     eprintln!(
         "[load] {} rows in {:.1} s",
         rows,
@@ -165,7 +172,20 @@ async fn body(db: &TestDb) {
     let upgrade = Instant::now();
     let upgrade_started = upgrade;
     eprintln!("[load] upgrade starts");
-    if online {
+    if legacy && online {
+        let report = ensure_schema_online(&db.db, &OnlineOptions::default())
+            .await
+            .expect("online compat patch");
+        eprintln!("[load] {report}");
+        for change in &report.online {
+            eprintln!("[load] {change}");
+        }
+    } else if legacy {
+        let report = task_dedup_migration::ensure_schema(&db.db)
+            .await
+            .expect("compat patch");
+        eprintln!("[load] {report}");
+    } else if online {
         let report = up_online(&db.db, None, &OnlineOptions::default())
             .await
             .expect("online upgrade");
@@ -238,26 +258,34 @@ async fn body(db: &TestDb) {
 }
 
 /// `rows` rows of history in one statement: 97 % finished, 2 % queued, 1 % running,
-/// each of its own key (the active ones are not duplicates).
-async fn fill(db: &TestDb, rows: u64) {
+/// each of its own key (the active ones are not duplicates). A legacy table has no
+/// `finished_at`.
+async fn fill(db: &TestDb, rows: u64, legacy: bool) {
+    let (column, pg_finished, my_finished) = if legacy {
+        ("", "", "")
+    } else {
+        (
+            ", finished_at",
+            ", CASE WHEN n % 100 >= 3 THEN now() END",
+            ", CASE WHEN seq % 100 >= 3 THEN NOW(6) END",
+        )
+    };
     let sql = match db.dialect {
         Dialect::Postgres => format!(
             "INSERT INTO task_run (id, user_id, task_type, resource_key, status, attempts, \
-             created_at, updated_at, finished_at) \
+             created_at, updated_at{column}) \
              SELECT gen_random_uuid(), 'user' || (n % 1000), 'render', 'doc-' || n, \
              CASE WHEN n % 100 < 2 THEN 'queued' WHEN n % 100 < 3 THEN 'running' \
-             ELSE 'succeeded' END, 1, now() - interval '1 second' * n, now(), \
-             CASE WHEN n % 100 >= 3 THEN now() END \
+             ELSE 'succeeded' END, 1, now() - interval '1 second' * n, now(){pg_finished} \
              FROM generate_series(1, {rows}) n"
         ),
         _ => format!(
             "INSERT INTO task_run (id, user_id, task_type, resource_key, status, attempts, \
-             created_at, updated_at, finished_at) \
+             created_at, updated_at{column}) \
              SELECT UNHEX(REPLACE(UUID(), '-', '')), CONCAT('user', seq % 1000), 'render', \
              CONCAT('doc-', seq), \
              CASE WHEN seq % 100 < 2 THEN 'queued' WHEN seq % 100 < 3 THEN 'running' \
-             ELSE 'succeeded' END, 1, NOW(6) - INTERVAL seq SECOND, NOW(6), \
-             CASE WHEN seq % 100 >= 3 THEN NOW(6) END \
+             ELSE 'succeeded' END, 1, NOW(6) - INTERVAL seq SECOND, NOW(6){my_finished} \
              FROM seq_1_to_{rows}"
         ),
     };

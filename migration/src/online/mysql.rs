@@ -267,7 +267,13 @@ pub(super) async fn prepare(run: &Run<'_>, name: &str) -> Result<(), OnlineError
                 Dedup::Nothing,
             )
             .await?;
-            if !manager.has_column("task_run", "priority").await? {
+            if run.virtual_markers {
+                // `run_at` and `priority` came first (above): step 3's claim index at
+                // once, under the name this step checks, rather than this step's, which
+                // step 3 would build again.
+                let claim = ("task_run_claim_idx", SCHEDULED_CLAIM_INDEX_ONLY);
+                conn.index(run, name, claim, Dedup::Nothing).await?;
+            } else if !manager.has_column("task_run", "priority").await? {
                 conn.index(
                     run,
                     name,
