@@ -26,11 +26,13 @@
 //! ([`invalid_indexes`] lists them; `migrate status` shows them).
 //!
 //! Unique indexes on a live table: existing duplicates are resolved first (keep the
-//! oldest; nothing is deleted), then the index is built. On PostgreSQL a guard trigger,
-//! installed before the resolution and dropped after the build, serialises the writers
-//! of each key and refuses a duplicate as the index will, so the build meets none. A
-//! duplicate that still reaches the build (MySQL/MariaDB, which have no guard; a writer
-//! in REPEATABLE READ) makes it fail with a unique violation; the invalid index is
+//! oldest; nothing is deleted), then the index is built. A guard trigger serialises the
+//! writers of each key and refuses a duplicate as the index will, until the build is
+//! done: on PostgreSQL installed before the resolution, so the build meets none; on
+//! MySQL/MariaDB after the first resolution (creating a trigger waits for every open
+//! transaction there), so from the second attempt on. A duplicate that still reaches
+//! the build (written before the guard; a writer whose snapshot predates another's
+//! commit) makes it fail with a unique violation; the invalid index is
 //! dropped, the new duplicates are resolved the same way, and the build runs again.
 //! Once the index is valid the database refuses every further duplicate.
 
@@ -467,6 +469,8 @@ impl<'a> Run<'a> {
         match self.dialect {
             #[cfg(feature = "postgres")]
             Dialect::Postgres => postgres::repair(self).await,
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => mysql::repair(self).await,
             _ => Ok(Vec::new()),
         }
     }

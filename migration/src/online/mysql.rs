@@ -139,8 +139,10 @@ const ER_LOCK_DEADLOCK: u16 = 1213;
 const ER_DUP_ENTRY: u16 = 1062;
 
 /// The locks of a locked build: `task_run` under every alias its statements use (a
-/// locked session must lock each alias it names).
-const LOCK_TASK_RUN: &str = "LOCK TABLES task_run WRITE, task_run AS t WRITE, task_run AS o WRITE";
+/// locked session must lock each alias it names), and the table its guard's triggers
+/// write (locked with it implicitly, named for clarity).
+const LOCK_TASK_RUN: &str = "LOCK TABLES task_run WRITE, task_run AS t WRITE, \
+    task_run AS o WRITE, task_dedup_online_keys WRITE";
 
 /// Active tasks of keys with more than one, each key's oldest first (as the active
 /// index's migration orders them: the oldest is kept).
@@ -171,6 +173,90 @@ const EXEMPT_RUNNING_DUPLICATE: &str = "UPDATE task_run SET concurrent = true \
 
 const CANCEL_DUPLICATE: &str = "UPDATE task_run SET status = 'cancelled', error = ?, \
     finished_at = ?, updated_at = ? WHERE id = ? AND status IN ('queued', 'running')";
+
+/// While a unique index builds, writers that do not go through it (an older,
+/// read-then-insert release; an older worker's claim) could add a duplicate at any
+/// moment, and an `INPLACE` build fails at its end on one written meanwhile. These
+/// triggers close that window, as PostgreSQL's guard does: a row that would join a key
+/// first takes the key's row in `task_dedup_online_keys` (`INSERT ... ON DUPLICATE KEY
+/// UPDATE`: an InnoDB row lock held until its transaction ends, so the writers of one
+/// key go one at a time), then does what the finished index will do: for the
+/// active-key index it refuses the duplicate with the index's own error (1062 naming
+/// `task_active_resource_uidx`); for the running-key index it marks the second run of a
+/// key `concurrent`, as the resolution does. The check is a plain read: its snapshot is
+/// taken after the key's lock (the statement's first read), so it sees the committed
+/// row of the writer before (a writer in an explicit transaction that read earlier has
+/// an older snapshot and can slip past: the retries catch that). Installed after the
+/// first resolution of duplicates (see `Session::alter`), dropped once the index is
+/// built or the run gives up; a leftover from a killed run is dropped by [`repair`].
+const GUARD_TABLE: &str = "CREATE TABLE IF NOT EXISTS task_dedup_online_keys \
+    (key_hash binary(32) NOT NULL PRIMARY KEY) ENGINE=InnoDB";
+const UNGUARD_TABLE: &str = "DROP TABLE IF EXISTS task_dedup_online_keys";
+const GUARD_INSERT: &str = "task_dedup_online_guard_insert";
+const GUARD_UPDATE: &str = "task_dedup_online_guard_update";
+/// Takes the lock of `NEW`'s key.
+const GUARD_LOCK_KEY: &str = "INSERT INTO task_dedup_online_keys (key_hash) \
+    VALUES (UNHEX(SHA2(CONCAT_WS(0x1f, NEW.user_id, NEW.task_type, NEW.resource_key), 256))) \
+    ON DUPLICATE KEY UPDATE key_hash = key_hash";
+/// What a killed run's guard left: its triggers, its table.
+const GUARD_STATE: &str = "SELECT (SELECT COUNT(*) FROM information_schema.TRIGGERS \
+    WHERE TRIGGER_SCHEMA = DATABASE() AND EVENT_OBJECT_TABLE = 'task_run' \
+    AND TRIGGER_NAME LIKE 'task\\_dedup\\_online\\_guard%') \
+    + (SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() \
+    AND TABLE_NAME = 'task_dedup_online_keys') AS n";
+
+/// The guard's two triggers for `dedup` (an active or a running build).
+fn guard_triggers(dedup: Dedup) -> [String; 2] {
+    let key = "user_id = NEW.user_id AND task_type = NEW.task_type \
+               AND resource_key = NEW.resource_key";
+    let (joins_insert, joins_update, holder, act) = match dedup {
+        Dedup::Running => (
+            "NEW.status = 'running' AND NOT NEW.concurrent",
+            "NEW.status = 'running' AND NOT NEW.concurrent \
+             AND (OLD.status <> 'running' OR OLD.concurrent)",
+            "status = 'running' AND NOT concurrent",
+            "SET NEW.concurrent = TRUE;",
+        ),
+        _ => (
+            "NEW.status IN ('queued', 'running')",
+            "NEW.status IN ('queued', 'running') AND (OLD.status NOT IN ('queued', 'running') \
+             OR NOT (OLD.user_id <=> NEW.user_id AND OLD.task_type <=> NEW.task_type \
+             AND OLD.resource_key <=> NEW.resource_key))",
+            "status IN ('queued', 'running')",
+            "SIGNAL SQLSTATE '23000' SET MYSQL_ERRNO = 1062, \
+             MESSAGE_TEXT = 'Duplicate entry for key ''task_active_resource_uidx'' \
+             (task_dedup_online_guard)';",
+        ),
+    };
+    let trigger = |name: &str, event: &str, joins: &str, other: &str| {
+        format!(
+            "CREATE TRIGGER {name} BEFORE {event} ON task_run FOR EACH ROW BEGIN \
+             IF {joins} THEN {GUARD_LOCK_KEY}; \
+             IF EXISTS (SELECT 1 FROM task_run WHERE {key} AND {holder}{other}) THEN {act} \
+             END IF; END IF; END"
+        )
+    };
+    [
+        trigger(GUARD_INSERT, "INSERT", joins_insert, ""),
+        trigger(GUARD_UPDATE, "UPDATE", joins_update, " AND id <> NEW.id"),
+    ]
+}
+
+/// Drops what a killed run's guard left on `task_run`.
+pub(super) async fn repair(run: &Run<'_>) -> Result<Vec<String>, OnlineError> {
+    let mut conn = Session::open(run).await?;
+    let left: i64 = sqlx::query_scalar(AssertSqlSafe(GUARD_STATE))
+        .fetch_one(&mut *conn.conn)
+        .await
+        .map_err(db_err)?;
+    if left > 0 {
+        tracing::warn!(
+            "the online guard triggers of a killed run are still on task_run: dropping them"
+        );
+        conn.unguard(run, "repair").await?;
+    }
+    Ok(Vec::new())
+}
 
 /// A row of `ACTIVE_DUPLICATES`: the id and the key's columns, as bytes (a binary
 /// collation's `VARBINARY`).
@@ -556,8 +642,59 @@ impl Session {
         if run.manager().has_index("task_run", name).await? {
             return Ok(());
         }
-        self.alter(run, migration, name, sql, &INDEX_FORMS, dedup)
-            .await
+        if dedup == Dedup::Nothing {
+            return (self.alter(run, migration, name, sql, &INDEX_FORMS, dedup)).await;
+        }
+        let built = (self.alter(run, migration, name, sql, &INDEX_FORMS, dedup)).await;
+        // Whatever the build's outcome: a guard left standing costs every later write a
+        // lock. When this fails too (the connection is gone), the next run's repair
+        // drops it; the build's own error is the one to report.
+        let unguarded = self.unguard(run, name).await;
+        if built.is_ok() {
+            unguarded?;
+        }
+        built
+    }
+
+    /// Installs the guard for a unique build of `dedup` (see `GUARD_TABLE`).
+    async fn guard(
+        &mut self,
+        run: &Run<'_>,
+        object: &str,
+        dedup: Dedup,
+    ) -> Result<(), OnlineError> {
+        self.brief(run, object, GUARD_TABLE).await?;
+        for trigger in guard_triggers(dedup) {
+            self.brief(run, object, &trigger).await?;
+        }
+        Ok(())
+    }
+
+    /// Drops the guard's triggers and table, if there.
+    async fn unguard(&mut self, run: &Run<'_>, object: &str) -> Result<(), OnlineError> {
+        for name in [GUARD_INSERT, GUARD_UPDATE] {
+            let sql = format!("DROP TRIGGER IF EXISTS {name}");
+            self.brief(run, object, &sql).await?;
+        }
+        self.brief(run, object, UNGUARD_TABLE).await
+    }
+
+    /// Runs a statement that takes `task_run`'s metadata lock for a moment (a trigger's
+    /// creation or drop) under `lock_wait_timeout`, retried as an `ALTER TABLE` is.
+    async fn brief(&mut self, run: &Run<'_>, object: &str, sql: &str) -> Result<(), OnlineError> {
+        let mut attempt = 1;
+        loop {
+            self.lock_wait(run, attempt).await?;
+            let Err(err) = self.exec(sql).await else {
+                return Ok(());
+            };
+            let again = matches!(number(&err), Some(ER_LOCK_WAIT_TIMEOUT | ER_LOCK_DEADLOCK));
+            if !again || attempt >= run.options.attempts {
+                return Err(gave_up(object, attempt, err));
+            }
+            self.pause(run, attempt).await?;
+            attempt += 1;
+        }
     }
 
     /// Runs `sql` in the first of `forms` the server accepts, retrying lock timeouts and
@@ -577,6 +714,7 @@ impl Session {
         let mut attempt = 1;
         let mut form = 0;
         let mut duplicates_met = false;
+        let mut guarded = false;
         loop {
             // The last attempt after duplicates failed the others: nothing left between
             // the resolution and the build for a writer to slip a duplicate into.
@@ -608,6 +746,16 @@ impl Session {
                 }
                 Err(err) => return Err(err.into()),
             };
+            // After the first resolution, not before as on PostgreSQL: creating a
+            // trigger waits for every open transaction on the table (its exclusive
+            // metadata lock), and a writer of a duplicate that waits for the resolution
+            // would wait for it in turn. A duplicate written in between fails this first
+            // build; the next attempt resolves it, and from then on the guard refuses
+            // them.
+            if dedup != Dedup::Nothing && !guarded {
+                self.guard(run, object, dedup).await?;
+                guarded = true;
+            }
             let (mut clause, mut method) = forms[form];
             // Duplicates that keep arriving (a race-prone writer faster than one build)
             // would fail every online attempt: the second half of the attempts blocks
