@@ -341,7 +341,9 @@ pub async fn ensure_schema_online(
 /// An INVALID index still counts for `has_index`, so a migration would take it for
 /// built: the migrate command's `up` calls this first in either mode, and
 /// [`up_online`], [`prepare_online`] and [`ensure_schema_online`] do the same. The
-/// indexes of pending migrations are left to them. Nothing to do on other dialects.
+/// indexes of pending migrations are left to them. Both server dialects also drop the
+/// guard a killed run left (its triggers; on MySQL/MariaDB its table of keys). Nothing
+/// to do on SQLite.
 ///
 /// # Errors
 /// As [`up_online`].

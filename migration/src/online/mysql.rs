@@ -251,7 +251,7 @@ pub(super) async fn repair(run: &Run<'_>) -> Result<Vec<String>, OnlineError> {
         .map_err(db_err)?;
     if left > 0 {
         tracing::warn!(
-            "the online guard triggers of a killed run are still on task_run: dropping them"
+            "the online guard of a killed run (its triggers, its table of keys) is still there: dropping it"
         );
         conn.unguard(run, "repair").await?;
     }
