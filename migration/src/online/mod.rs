@@ -43,6 +43,7 @@ mod postgres;
 
 use std::fmt;
 use std::sync::Mutex;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use sea_orm_migration::prelude::*;
@@ -401,6 +402,10 @@ pub(crate) struct Run<'a> {
     /// stops before it.
     #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub(crate) virtual_markers: bool,
+    /// MySQL/MariaDB, with `virtual_markers`: the plain columns of every step are in
+    /// place (added before the first step's own work; later steps skip the check).
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    pub(crate) plain_columns_added: AtomicBool,
     changes: Mutex<Vec<Change>>,
 }
 
@@ -415,6 +420,7 @@ impl<'a> Run<'a> {
             dialect,
             options,
             virtual_markers: true,
+            plain_columns_added: AtomicBool::new(false),
             changes: Mutex::new(Vec::new()),
         })
     }

@@ -16,6 +16,7 @@
 //! index or column (the snapshot tests compare the schemas both ways leave).
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use chrono::SubsecRound;
@@ -336,10 +337,14 @@ const PLAIN_COLUMNS: [(&str, &str, &str); 7] = [
 pub(super) async fn prepare(run: &Run<'_>, name: &str) -> Result<(), OnlineError> {
     let manager = run.manager();
     let mut conn = Session::open(run).await?;
-    if run.virtual_markers && manager.has_table("task_run").await? {
+    if run.virtual_markers
+        && !run.plain_columns_added.load(Ordering::Relaxed)
+        && manager.has_table("task_run").await?
+    {
         for (migration, column, sql) in PLAIN_COLUMNS {
             conn.column(run, migration, column, sql).await?;
         }
+        run.plain_columns_added.store(true, Ordering::Relaxed);
     }
     match name {
         "m20261130_000001_task_dedup_create_task_run" => {
