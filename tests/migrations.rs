@@ -18,6 +18,7 @@ matrix!(
     timestamps_and_text_round_trip_exactly,
     migration_cancels_duplicate_active_rows,
     ensure_schema_upgrades_a_legacy_table,
+    ensure_schema_makes_mysql_keys_exact_by_collation_or_varbinary,
     ensure_schema_after_migrations_changes_nothing,
     ensure_schema_refuses_what_it_cannot_fix_before_changing_anything,
     migrations_splice_into_an_application_migrator,
@@ -328,6 +329,97 @@ async fn ensure_schema_upgrades_a_legacy_table(db: &TestDb) {
         .await
         .expect("migrations after the compat patch");
     assert_eq!(schema(db).await, before);
+}
+
+/// MySQL/MariaDB: how the compat patch makes each key column byte-exact. A `utf8mb4`
+/// `VARCHAR`, whatever its collation (`utf8mb4_bin` too: it pads spaces, so `'u'` and
+/// `'u '` were equal), keeps its type and takes the server's binary NO PAD collation, a
+/// change MariaDB makes without copying the table; a column in another character set
+/// becomes `VARBINARY`, as before. Afterwards keys that differ by case or by a trailing
+/// space are different keys in every column, and the guarantee holds.
+async fn ensure_schema_makes_mysql_keys_exact_by_collation_or_varbinary(db: &TestDb) {
+    if db.dialect != Dialect::MySql {
+        return;
+    }
+    let ddl = legacy_ddl(
+        db.dialect,
+        Some(("task_type", "varchar(64) CHARACTER SET latin1 NOT NULL")),
+        "",
+    );
+    db.exec(&format!(
+        "{ddl} DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci"
+    ))
+    .await;
+    db.exec(
+        "ALTER TABLE task_run MODIFY user_id varchar(64) \
+         CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL",
+    )
+    .await;
+    // Equal under the old collations, one pair per column.
+    let keys = [
+        ("u", "t", "doc"),
+        ("u ", "t", "doc"),
+        ("u", "T", "doc"),
+        ("u", "t", "DOC"),
+    ];
+    for (n, key) in keys.into_iter().enumerate() {
+        rows::insert(&db.db, key, Queued, at(n as i64))
+            .await
+            .expect("seed");
+    }
+
+    let report = ensure_schema(&db.db).await.expect("compat patch");
+    assert_eq!(
+        report.converted_columns,
+        ["user_id", "task_type", "resource_key"]
+    );
+    assert_eq!(report.cancelled_duplicates, 0, "{report}");
+    let exact = if common::count(
+        &db.db,
+        "SELECT COUNT(*) AS n FROM information_schema.COLLATIONS \
+         WHERE COLLATION_NAME = 'utf8mb4_nopad_bin'",
+    )
+    .await
+        > 0
+    {
+        "utf8mb4_nopad_bin"
+    } else {
+        "utf8mb4_0900_bin"
+    };
+    let columns: Vec<String> = db
+        .db
+        .query_all_raw(sea_orm::Statement::from_string(
+            db.db.get_database_backend(),
+            "SELECT CAST(CONCAT(COLUMN_NAME, ' ', COLUMN_TYPE, ' ', \
+             COALESCE(COLLATION_NAME, '-')) AS CHAR) AS c FROM information_schema.COLUMNS \
+             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'task_run' \
+             AND COLUMN_NAME IN ('user_id', 'task_type', 'resource_key') \
+             ORDER BY ORDINAL_POSITION",
+        ))
+        .await
+        .expect("columns")
+        .iter()
+        .map(|row| row.try_get("", "c").expect("c"))
+        .collect();
+    assert_eq!(
+        columns,
+        [
+            format!("user_id varchar(64) {exact}"),
+            "task_type varbinary(256) -".to_owned(),
+            format!("resource_key varchar(255) {exact}"),
+        ]
+    );
+
+    // Four keys, four active tasks; each key refuses a second.
+    let all = rows::all(&db.db).await;
+    assert_eq!(all.iter().filter(|row| row.status == Queued).count(), 4);
+    for key in keys {
+        let err = rows::insert(&db.db, key, Running, at(10))
+            .await
+            .expect_err("the guarantee holds");
+        assert!(is_unique_violation(&err), "{key:?}: {err}");
+    }
+    assert!(ensure_schema(&db.db).await.expect("again").is_unchanged());
 }
 
 /// A legacy `task_run` with one column's type replaced (`override_`) and `extra` column

@@ -256,10 +256,10 @@ async fn ensure_schema_online_leaves_what_ensure_schema_leaves(db: &TestDb) {
                 "{:?}",
                 report.online
             );
+            // Nothing copied the table: on MySQL/MariaDB the key columns took a byte-exact
+            // collation, the generated columns came VIRTUAL.
             for change in &report.online {
-                if change.object.starts_with("task_") {
-                    assert_ne!(change.method, Method::Copy, "{change}");
-                }
+                assert_ne!(change.method, Method::Copy, "{change}");
             }
         }
         if online {

@@ -21,7 +21,9 @@
 //! partial indexes: a (virtual) generated column `occupied` is 1 while the row holds its
 //! key and NULL otherwise, and the unique index covers the key, the window and that
 //! column (a unique index admits any number of NULLs). Key columns are `VARBINARY` there
-//! so that keys compare byte for byte, as on the other two dialects.
+//! so that keys compare byte for byte, as on the other two dialects (or, in a table the
+//! compat patch brought up, `utf8mb4` `VARCHAR` in a binary NO PAD collation, which
+//! compares the same way).
 //!
 //! One run per key the same way: `task_running_resource_uidx` over
 //! `(user_id, task_type, resource_key)` for rows that are `running` and not `concurrent`

@@ -119,6 +119,12 @@ pub async fn create_legacy_table(db: &TestDb) {
         Dialect::Postgres => ("uuid", "jsonb", "timestamptz"),
         Dialect::MySql => ("binary(16)", "json", "datetime(6)"),
     };
+    // MySQL/MariaDB: the character set a table made by hand most likely has, whatever
+    // the server's default.
+    let charset = match db.dialect {
+        Dialect::MySql => " DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci",
+        Dialect::Sqlite | Dialect::Postgres => "",
+    };
     db.exec(&format!(
         "CREATE TABLE task_run (
             id {uuid} NOT NULL PRIMARY KEY,
@@ -132,7 +138,7 @@ pub async fn create_legacy_table(db: &TestDb) {
             attempts integer NOT NULL DEFAULT 0,
             created_at {time} NOT NULL,
             updated_at {time} NOT NULL
-        )"
+        ){charset}"
     ))
     .await;
     db.exec("CREATE INDEX legacy_status_idx ON task_run (status)")

@@ -20,6 +20,8 @@ pub(crate) struct Column {
     pub has_default: bool,
     /// A generated (computed) column; never written by inserts.
     pub generated: bool,
+    /// MySQL/MariaDB: a character column's collation (`utf8mb4_general_ci`).
+    pub collation: Option<String>,
 }
 
 impl Column {
@@ -42,6 +44,9 @@ pub(crate) struct Table {
     /// SQLite: one `id` value that is not a 16-byte blob (how SeaORM stores a UUID there),
     /// quoted as SQL would show it.
     pub foreign_id: Option<String>,
+    /// MySQL/MariaDB: the server's byte-exact collation of `utf8mb4`, if it has one
+    /// (`EXACT_COLLATIONS`).
+    pub exact_collation: Option<String>,
 }
 
 impl Table {
@@ -84,6 +89,7 @@ async fn sqlite(manager: &SchemaManager<'_>) -> Result<Table, DbErr> {
             nullable: row.try_get::<i32>("", "notnull")? == 0,
             has_default: row.try_get::<Option<String>>("", "dflt_value")?.is_some(),
             generated: row.try_get::<i32>("", "hidden")? >= 2,
+            collation: None,
         });
     }
     for row in query(manager, Dialect::Sqlite, "PRAGMA index_list(task_run)").await? {
@@ -148,6 +154,7 @@ async fn postgres(manager: &SchemaManager<'_>) -> Result<Table, DbErr> {
             nullable: row.try_get("", "nullable")?,
             has_default: row.try_get("", "has_default")?,
             generated: row.try_get("", "generated")?,
+            collation: None,
         });
     }
     let indexes = query(
@@ -174,7 +181,8 @@ async fn mysql(manager: &SchemaManager<'_>) -> Result<Table, DbErr> {
                 CAST(DATETIME_PRECISION AS SIGNED) AS `precision`, \
                 IS_NULLABLE = 'YES' AS nullable, \
                 (COLUMN_DEFAULT IS NOT NULL AND COLUMN_DEFAULT <> 'NULL') AS has_default, \
-                EXTRA LIKE '%GENERATED%' AS `generated` \
+                EXTRA LIKE '%GENERATED%' AS `generated`, \
+                CAST(COLLATION_NAME AS CHAR) AS collation \
          FROM information_schema.COLUMNS \
          WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'task_run' \
          ORDER BY ORDINAL_POSITION",
@@ -193,6 +201,7 @@ async fn mysql(manager: &SchemaManager<'_>) -> Result<Table, DbErr> {
             nullable: row.try_get::<i64>("", "nullable")? != 0,
             has_default: row.try_get::<i64>("", "has_default")? != 0,
             generated: row.try_get::<i64>("", "generated")? != 0,
+            collation: row.try_get("", "collation")?,
         });
     }
     let indexes = query(
@@ -206,6 +215,28 @@ async fn mysql(manager: &SchemaManager<'_>) -> Result<Table, DbErr> {
     for row in indexes {
         table.indexes.push(row.try_get("", "name")?);
     }
+    let exact = super::latest::EXACT_COLLATIONS
+        .iter()
+        .map(|name| format!("'{name}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let collations = query(
+        manager,
+        Dialect::MySql,
+        &format!(
+            "SELECT CAST(COLLATION_NAME AS CHAR) AS name FROM information_schema.COLLATIONS \
+             WHERE COLLATION_NAME IN ({exact})"
+        ),
+    )
+    .await?;
+    let found = collations
+        .iter()
+        .map(|row| row.try_get::<String>("", "name"))
+        .collect::<Result<Vec<_>, _>>()?;
+    table.exact_collation = super::latest::EXACT_COLLATIONS
+        .iter()
+        .find(|name| found.iter().any(|f| f == *name))
+        .map(|name| (*name).to_owned());
     Ok(table)
 }
 

@@ -19,7 +19,8 @@ pub(crate) enum Kind {
     /// A UUID: `uuid` / 16-byte blob / `binary(16)`.
     Uuid,
     /// A part of the dedup key or a worker id: byte-exact text of at most this many
-    /// characters (`VARBINARY` on MySQL/MariaDB).
+    /// characters (`VARBINARY` on MySQL/MariaDB, or a `utf8mb4` character column in a
+    /// byte-exact collation: [`EXACT_COLLATIONS`]).
     Key(usize),
     /// Short text of at most this many characters.
     Text(usize),
@@ -182,7 +183,7 @@ fn problem(column: &str, found: String, needs: &str) -> ColumnProblem {
 
 /// Whether `column` can hold `kind` as the library reads and writes it; otherwise what
 /// it needs. MySQL/MariaDB key columns of a character type are accepted: `ensure_schema`
-/// converts them to `VARBINARY`.
+/// makes them byte-exact (`mysql_exact_keys`).
 fn accepts(dialect: Dialect, kind: Kind, column: &Column) -> Result<(), String> {
     let data_type = column.data_type.as_str();
     let chars = column.length.map(|n| n as usize);
@@ -355,8 +356,28 @@ pub(crate) fn add_column(dialect: Dialect, spec: &Spec) -> String {
     )
 }
 
-/// MySQL/MariaDB: the key columns (and `lease_owner`) that are not yet `VARBINARY`, and
-/// the one `ALTER TABLE` that converts them all.
+/// MySQL/MariaDB: the `utf8mb4` collations that compare keys as their bytes compare
+/// (binary, NO PAD: `'a'` and `'a '` differ, as in `VARBINARY`; the order of code points
+/// is UTF-8's byte order), in the order of preference: MariaDB's, then MySQL 8's.
+pub(crate) const EXACT_COLLATIONS: [&str; 2] = ["utf8mb4_nopad_bin", "utf8mb4_0900_bin"];
+
+/// MySQL/MariaDB: whether a key column compares byte for byte already.
+fn is_exact(column: &Column) -> bool {
+    column.data_type == "varbinary"
+        || (column.data_type == "varchar"
+            && column
+                .collation
+                .as_deref()
+                .is_some_and(|c| EXACT_COLLATIONS.contains(&c)))
+}
+
+/// MySQL/MariaDB: the key columns (and `lease_owner`) that do not compare byte for byte
+/// yet, and the one `ALTER TABLE` that makes them all exact. A `utf8mb4` `VARCHAR` keeps
+/// its type and takes the server's exact collation: a change of collation only, which
+/// MariaDB makes without copying the table (`ALGORITHM=INSTANT`, or `INPLACE` with the
+/// column's indexes rebuilt, writes going on); converting to `VARBINARY`, the way for
+/// every other type or character set (and for a server without such a collation),
+/// copies the table.
 pub(crate) fn mysql_exact_keys(table: &Table) -> Option<(Vec<&'static str>, String)> {
     let mut converted = Vec::new();
     let mut clauses = Vec::new();
@@ -365,15 +386,22 @@ pub(crate) fn mysql_exact_keys(table: &Table) -> Option<(Vec<&'static str>, Stri
         let Some(column) = table.column(spec.name) else {
             continue;
         };
-        if column.data_type != "varbinary" {
-            let null = if spec.nullable { "NULL" } else { "NOT NULL" };
-            clauses.push(format!(
-                "MODIFY {} {} {null}",
-                spec.name,
-                mysql_type(spec.kind)
-            ));
-            converted.push(spec.name);
+        if is_exact(column) {
+            continue;
         }
+        let null = if spec.nullable { "NULL" } else { "NOT NULL" };
+        let utf8mb4 = column
+            .collation
+            .as_deref()
+            .is_some_and(|c| c.starts_with("utf8mb4_"));
+        let column_type = match (&table.exact_collation, column.length) {
+            (Some(collation), Some(length)) if column.data_type == "varchar" && utf8mb4 => {
+                format!("varchar({length}) CHARACTER SET utf8mb4 COLLATE {collation}")
+            }
+            _ => mysql_type(spec.kind),
+        };
+        clauses.push(format!("MODIFY {} {column_type} {null}", spec.name));
+        converted.push(spec.name);
     }
     (!converted.is_empty()).then(|| {
         (

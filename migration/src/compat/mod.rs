@@ -28,7 +28,9 @@ pub struct CompatReport {
     /// Columns that were missing and were added (nullable or defaulted ones, and on
     /// MySQL/MariaDB the generated column behind the unique index).
     pub added_columns: Vec<String>,
-    /// MySQL/MariaDB: key columns converted to byte-exact `VARBINARY`.
+    /// MySQL/MariaDB: key columns made byte-exact: a `utf8mb4` `VARCHAR` given the
+    /// server's binary NO PAD collation (`utf8mb4_nopad_bin` on MariaDB,
+    /// `utf8mb4_0900_bin` on MySQL 8), any other converted to `VARBINARY`.
     pub converted_columns: Vec<&'static str>,
     /// Duplicate active rows marked `cancelled` (the oldest task of each key stays).
     pub cancelled_duplicates: u64,

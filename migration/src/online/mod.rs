@@ -314,9 +314,11 @@ pub async fn prepare_online(
 /// online and every `ALTER TABLE` bounded by [`OnlineOptions::lock_timeout`], outside
 /// any transaction; each change is listed in [`CompatReport::online`]. Duplicate active
 /// rows are resolved first, and again when a unique build meets new ones (see the
-/// [module](self)). MySQL/MariaDB: converting key columns to `VARBINARY` copies the
-/// table (reads go on, writes wait), and so does step 12 on STORED generated columns
-/// the table already has; new ones are added VIRTUAL, instantly. SQLite, or no
+/// [module](self)). MySQL/MariaDB: `utf8mb4` `VARCHAR` key columns take the server's
+/// byte-exact collation online (no copy); key columns of any other type or character
+/// set are converted to `VARBINARY`, which copies the table (reads go on, writes
+/// wait), and so does step 12 on STORED generated columns the table already has; new
+/// ones are added VIRTUAL, instantly. SQLite, or no
 /// `task_run` yet: [`ensure_schema`](crate::ensure_schema) itself.
 ///
 /// # Errors
