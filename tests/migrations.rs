@@ -7,6 +7,7 @@ use common::{Dialect, TestDb};
 use sea_orm::ConnectionTrait;
 use sea_orm_migration::prelude::*;
 use task_dedup::TaskStatus::{Cancelled, Failed, Queued, Running, Succeeded};
+use task_dedup::{NewTask, TaskDedup, TaskKey};
 use task_dedup_migration::{MIGRATION_TABLE, Migrator, SchemaError, ensure_schema};
 
 matrix!(
@@ -420,6 +421,25 @@ async fn ensure_schema_makes_mysql_keys_exact_by_collation_or_varbinary(db: &Tes
         assert!(is_unique_violation(&err), "{key:?}: {err}");
     }
     assert!(ensure_schema(&db.db).await.expect("again").is_unchanged());
+
+    // The library on these columns: a hit returns the task the key's bytes name, a key
+    // that differs by case is a new one.
+    let task = |user: &str, resource: &str| {
+        NewTask::new(TaskKey::new(user, "t", resource).expect("valid key"))
+    };
+    let hit = db
+        .db
+        .find_or_enqueue(task("u", "DOC"))
+        .await
+        .expect("find_or_enqueue");
+    assert!(!hit.is_created());
+    assert_eq!(hit.task().resource_key, "DOC");
+    let created = db
+        .db
+        .find_or_enqueue(task("u", "Doc"))
+        .await
+        .expect("find_or_enqueue");
+    assert!(created.is_created());
 }
 
 /// A legacy `task_run` with one column's type replaced (`override_`) and `extra` column

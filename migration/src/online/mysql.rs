@@ -259,8 +259,9 @@ pub(super) async fn repair(run: &Run<'_>) -> Result<Vec<String>, OnlineError> {
     Ok(Vec::new())
 }
 
-/// A row of `ACTIVE_DUPLICATES`: the id and the key's columns, as bytes (a binary
-/// collation's `VARBINARY`).
+/// A row of `ACTIVE_DUPLICATES`: the id and the key's columns, as bytes (`VARBINARY`,
+/// or the `utf8mb4` of a compat table's binary-collation `VARCHAR`: equal keys, equal
+/// bytes either way).
 type ActiveRow = (Uuid, Vec<u8>, Vec<u8>, Vec<u8>);
 
 /// Of `ACTIVE_DUPLICATES`'s rows, those that lose to their key's first, each with the
