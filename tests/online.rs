@@ -37,6 +37,7 @@ server_matrix!(
     last_attempt_after_duplicates_locks_the_table,
     killed_build_is_found_and_built_again,
     killed_guarded_build_leaves_a_guard_the_next_run_drops,
+    a_held_lock_makes_the_run_give_up_naming_its_holder,
 );
 
 /// How many migrations there are.
@@ -892,4 +893,94 @@ fn drop_task_run(dialect: Dialect) -> &'static str {
         Dialect::Postgres => "DROP TABLE task_run CASCADE",
         Dialect::Sqlite | Dialect::MySql => "DROP TABLE task_run",
     }
+}
+
+/// What a subscriber wrote, for a test to read.
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log buffer").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A transaction that read `task_run` and stays open keeps every change of the table
+/// waiting: each attempt's lock wait expires, the run gives up after its attempts with
+/// `GaveUp` (nothing changed: the step is not recorded), and each expiry's warning names
+/// the session that holds the lock, so that an operator knows what to end. Once that
+/// transaction ends, the same run completes.
+async fn a_held_lock_makes_the_run_give_up_naming_its_holder(db: &TestDb) {
+    use tracing::instrument::WithSubscriber;
+    Migrator::up(&db.db, Some(2)).await.expect("two steps");
+    let holder = db.pool(1).await;
+    let txn = holder.db.begin().await.expect("begin");
+    let session = match db.dialect {
+        Dialect::Postgres => "SELECT pg_backend_pid()::int8 AS n",
+        _ => "SELECT CAST(CONNECTION_ID() AS SIGNED) AS n",
+    };
+    let read = |sql: &'static str| {
+        let statement = sea_orm::Statement::from_string(txn.get_database_backend(), sql);
+        async {
+            let row = txn.query_one_raw(statement).await.expect("read");
+            row.expect("a row").try_get::<i64>("", "n").expect("n")
+        }
+    };
+    let session = read(session).await;
+    read("SELECT COUNT(*) AS n FROM task_run WHERE resource_key = 'held-by-the-test'").await;
+
+    let mut opts = options();
+    opts.attempts = 2;
+    opts.lock_timeout = Duration::from_millis(200);
+    let log = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .with_writer({
+            let log = log.clone();
+            move || log.clone()
+        })
+        .finish();
+    let outcome = up_online(&db.db, None, &opts)
+        .with_subscriber(subscriber)
+        .await;
+    let why = match outcome {
+        Err(OnlineError::GaveUp { attempts, why, .. }) => {
+            assert_eq!(attempts, 2);
+            why
+        }
+        other => panic!("expected GaveUp, got {other:?}"),
+    };
+    assert!(why.contains("timeout expired each time"), "{why}");
+    let log = String::from_utf8(log.0.lock().expect("log").clone()).expect("utf-8");
+    let named = match db.dialect {
+        Dialect::Postgres => format!("held longest by pid {session} (idle in transaction"),
+        _ => format!("held longest by session {session} (Sleep, transaction open"),
+    };
+    assert_eq!(log.matches(&named).count(), 2, "{log}");
+    if db.dialect == Dialect::Postgres {
+        // PostgreSQL keeps an idle session's last statement.
+        assert!(log.contains("held-by-the-test"), "{log}");
+    }
+    let applied = common::count(
+        &db.db,
+        format!(
+            "SELECT COUNT(*) AS n FROM {}",
+            task_dedup_migration::MIGRATION_TABLE
+        ),
+    )
+    .await;
+    assert_eq!(applied, 2);
+
+    txn.rollback().await.expect("rollback");
+    drop(holder);
+    let report = up_online(&db.db, None, &opts)
+        .await
+        .expect("the lock is free");
+    assert_eq!(report.applied.len(), steps() - 2);
 }

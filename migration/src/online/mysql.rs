@@ -129,6 +129,21 @@ const INDEX_FORMS: [(&str, Method); 2] = [
     (", ALGORITHM=COPY, LOCK=SHARED", Method::Copy),
 ];
 
+/// Who an `ALTER TABLE` most likely waited for: the other session of this database with
+/// the oldest open transaction or, failing one, the longest running statement (an idle
+/// session in a transaction shows no statement: its id is what to look for). Without
+/// `metadata_lock_info` the server does not say which session holds the lock itself.
+const LOCK_HOLDER: &str = "SELECT CAST(CONCAT('session ', p.ID, ' (', p.COMMAND, \
+    IF(t.trx_started IS NULL, '', CONCAT(', transaction open ', \
+    TIMESTAMPDIFF(SECOND, t.trx_started, NOW()), ' s')), \
+    IF(p.COMMAND = 'Sleep', CONCAT(', idle ', p.TIME, ' s)'), \
+    CONCAT(', statement running ', p.TIME, ' s): ', LEFT(COALESCE(p.INFO, ''), 200)))) AS CHAR) \
+    FROM information_schema.PROCESSLIST p \
+    LEFT JOIN information_schema.INNODB_TRX t ON t.trx_mysql_thread_id = p.ID \
+    WHERE p.DB = DATABASE() AND p.ID <> CONNECTION_ID() \
+    AND (t.trx_id IS NOT NULL OR p.COMMAND NOT IN ('Sleep', 'Daemon')) \
+    ORDER BY COALESCE(t.trx_started, NOW() - INTERVAL p.TIME SECOND) LIMIT 1";
+
 /// The server refuses the ALGORITHM or LOCK asked for (it names the one it would take).
 const ER_ALTER_OPERATION_NOT_SUPPORTED: u16 = 1845;
 const ER_ALTER_OPERATION_NOT_SUPPORTED_REASON: u16 = 1846;
@@ -685,6 +700,25 @@ impl Session {
         self.brief(run, object, UNGUARD_TABLE).await
     }
 
+    /// After `lock_wait_timeout` expired: a warning naming the session that has held
+    /// `task_run`'s metadata lock longest, as far as the server tells (the oldest open
+    /// transaction or running statement of another session in this database), if any.
+    async fn report_holder(&mut self, object: &str, attempt: u32) {
+        let conn: &mut MySqlConnection = &mut self.conn;
+        match sqlx::query_scalar::<_, String>(AssertSqlSafe(LOCK_HOLDER))
+            .fetch_optional(conn)
+            .await
+        {
+            Ok(Some(holder)) => tracing::warn!(
+                object,
+                attempt,
+                "lock_wait_timeout expired waiting for task_run's metadata lock; it is held longest by {holder}"
+            ),
+            Ok(None) => {}
+            Err(err) => tracing::debug!(%err, "could not read who holds task_run's metadata lock"),
+        }
+    }
+
     /// Runs a statement that takes `task_run`'s metadata lock for a moment (a trigger's
     /// creation or drop) under `lock_wait_timeout`, retried as an `ALTER TABLE` is.
     async fn brief(&mut self, run: &Run<'_>, object: &str, sql: &str) -> Result<(), OnlineError> {
@@ -694,6 +728,9 @@ impl Session {
             let Err(err) = self.exec(sql).await else {
                 return Ok(());
             };
+            if number(&err) == Some(ER_LOCK_WAIT_TIMEOUT) {
+                self.report_holder(object, attempt).await;
+            }
             let again = matches!(number(&err), Some(ER_LOCK_WAIT_TIMEOUT | ER_LOCK_DEADLOCK));
             if !again || attempt >= run.options.attempts {
                 return Err(gave_up(object, attempt, err));
@@ -783,6 +820,9 @@ impl Session {
                 return Ok(());
             };
             let number = number(&err);
+            if number == Some(ER_LOCK_WAIT_TIMEOUT) {
+                self.report_holder(object, attempt).await;
+            }
             if matches!(
                 number,
                 Some(ER_ALTER_OPERATION_NOT_SUPPORTED | ER_ALTER_OPERATION_NOT_SUPPORTED_REASON)

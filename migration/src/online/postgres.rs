@@ -176,6 +176,14 @@ const UNGUARD_FUNCTION: &str = "DROP FUNCTION IF EXISTS task_dedup_online_guard(
 const GUARD_STATE: &str = "SELECT EXISTS (SELECT 1 FROM pg_trigger \
     WHERE tgrelid = to_regclass('task_run') AND tgname = 'task_dedup_online_guard')";
 
+/// The session other than this one that has held a lock on `task_run` longest: its pid,
+/// its state, how long its transaction has been open, and its (last) statement.
+const LOCK_HOLDER: &str = "SELECT format('pid %s (%s, transaction open %s s): %s', a.pid, \
+    a.state, round(extract(epoch FROM now() - a.xact_start)::numeric, 1), left(a.query, 200)) \
+    FROM pg_stat_activity a WHERE a.pid <> pg_backend_pid() AND a.pid IN \
+    (SELECT l.pid FROM pg_locks l WHERE l.relation = to_regclass('task_run') AND l.granted) \
+    ORDER BY a.xact_start NULLS LAST LIMIT 1";
+
 /// SQLSTATEs a retry can get past: `lock_timeout` expired, a deadlock (two builds, or a
 /// build and a writer), and a unique build that met duplicates.
 const LOCK_NOT_AVAILABLE: &str = "55P03";
@@ -391,14 +399,36 @@ impl Session {
         let mut attempt = 1;
         loop {
             let timeout_ms = run.options.lock_timeout.as_millis() * u128::from(attempt);
-            match self.exec(timeout_ms, sql).await {
+            let err = match self.exec(timeout_ms, sql).await {
                 Ok(()) => return Ok(attempt),
-                Err(err) if retryable(&err) && attempt < run.options.attempts => {
-                    self.pause(run, attempt).await?;
-                    attempt += 1;
-                }
-                Err(err) => return Err(gave_up(object, attempt, err)),
+                Err(err) => err,
+            };
+            if code(&err).as_deref() == Some(LOCK_NOT_AVAILABLE) {
+                self.report_holder(object, attempt).await;
             }
+            if !retryable(&err) || attempt >= run.options.attempts {
+                return Err(gave_up(object, attempt, err));
+            }
+            self.pause(run, attempt).await?;
+            attempt += 1;
+        }
+    }
+
+    /// After `lock_timeout` expired: a warning naming the session that has held a lock on
+    /// `task_run` longest (what an operator would end or wait for), if any still does.
+    async fn report_holder(&mut self, object: &str, attempt: u32) {
+        let conn: &mut PgConnection = &mut self.conn;
+        match sqlx::query_scalar::<_, String>(LOCK_HOLDER)
+            .fetch_optional(conn)
+            .await
+        {
+            Ok(Some(holder)) => tracing::warn!(
+                object,
+                attempt,
+                "lock_timeout expired waiting for a lock on task_run; it is held longest by {holder}"
+            ),
+            Ok(None) => {}
+            Err(err) => tracing::debug!(%err, "could not read who holds task_run's locks"),
         }
     }
 
