@@ -44,9 +44,6 @@ pub(crate) struct Table {
     /// SQLite: one `id` value that is not a 16-byte blob (how SeaORM stores a UUID there),
     /// quoted as SQL would show it.
     pub foreign_id: Option<String>,
-    /// MySQL/MariaDB: the server's byte-exact collation of `utf8mb4`, if it has one
-    /// (`EXACT_COLLATIONS`).
-    pub exact_collation: Option<String>,
 }
 
 impl Table {
@@ -215,29 +212,35 @@ async fn mysql(manager: &SchemaManager<'_>) -> Result<Table, DbErr> {
     for row in indexes {
         table.indexes.push(row.try_get("", "name")?);
     }
-    let exact = super::latest::EXACT_COLLATIONS
+    Ok(table)
+}
+
+/// MySQL/MariaDB: the server's byte-exact collation of `utf8mb4`, the first of
+/// [`EXACT_COLLATIONS`](super::latest::EXACT_COLLATIONS) it has, if any.
+pub(crate) async fn mysql_exact_collation(
+    manager: &SchemaManager<'_>,
+) -> Result<Option<&'static str>, DbErr> {
+    let names = super::latest::EXACT_COLLATIONS
         .iter()
         .map(|name| format!("'{name}'"))
         .collect::<Vec<_>>()
         .join(", ");
-    let collations = query(
+    let rows = query(
         manager,
         Dialect::MySql,
         &format!(
             "SELECT CAST(COLLATION_NAME AS CHAR) AS name FROM information_schema.COLLATIONS \
-             WHERE COLLATION_NAME IN ({exact})"
+             WHERE COLLATION_NAME IN ({names})"
         ),
     )
     .await?;
-    let found = collations
+    let found = rows
         .iter()
         .map(|row| row.try_get::<String>("", "name"))
         .collect::<Result<Vec<_>, _>>()?;
-    table.exact_collation = super::latest::EXACT_COLLATIONS
-        .iter()
-        .find(|name| found.iter().any(|f| f == *name))
-        .map(|name| (*name).to_owned());
-    Ok(table)
+    Ok(super::latest::EXACT_COLLATIONS
+        .into_iter()
+        .find(|name| found.iter().any(|f| f == name)))
 }
 
 #[cfg(test)]

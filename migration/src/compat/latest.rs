@@ -371,6 +371,16 @@ fn is_exact(column: &Column) -> bool {
                 .is_some_and(|c| EXACT_COLLATIONS.contains(&c)))
 }
 
+/// MySQL/MariaDB: the key columns (and `lease_owner`) the table has that do not compare
+/// byte for byte yet, with their specs.
+pub(crate) fn mysql_inexact_keys(table: &Table) -> impl Iterator<Item = (&'static Spec, &Column)> {
+    COLUMNS
+        .iter()
+        .filter(|spec| matches!(spec.kind, Kind::Key(_)))
+        .filter_map(|spec| Some((spec, table.column(spec.name)?)))
+        .filter(|(_, column)| !is_exact(column))
+}
+
 /// MySQL/MariaDB: the key columns (and `lease_owner`) that do not compare byte for byte
 /// yet, and the one `ALTER TABLE` that makes them all exact. A `utf8mb4` `VARCHAR` keeps
 /// its type and takes the server's exact collation: a change of collation only, which
@@ -378,23 +388,22 @@ fn is_exact(column: &Column) -> bool {
 /// column's indexes rebuilt, writes going on); converting to `VARBINARY`, the way for
 /// every other type or character set (and for a server without such a collation),
 /// copies the table.
-pub(crate) fn mysql_exact_keys(table: &Table) -> Option<(Vec<&'static str>, String)> {
+///
+/// `exact_collation`: the server's (`inspect::mysql_exact_collation`), looked up only
+/// when [`mysql_inexact_keys`] finds any.
+pub(crate) fn mysql_exact_keys(
+    table: &Table,
+    exact_collation: Option<&str>,
+) -> Option<(Vec<&'static str>, String)> {
     let mut converted = Vec::new();
     let mut clauses = Vec::new();
-    for spec in COLUMNS {
-        let Kind::Key(_) = spec.kind else { continue };
-        let Some(column) = table.column(spec.name) else {
-            continue;
-        };
-        if is_exact(column) {
-            continue;
-        }
+    for (spec, column) in mysql_inexact_keys(table) {
         let null = if spec.nullable { "NULL" } else { "NOT NULL" };
         let utf8mb4 = column
             .collation
             .as_deref()
             .is_some_and(|c| c.starts_with("utf8mb4_"));
-        let column_type = match (&table.exact_collation, column.length) {
+        let column_type = match (exact_collation, column.length) {
             (Some(collation), Some(length)) if column.data_type == "varchar" && utf8mb4 => {
                 format!("varchar({length}) CHARACTER SET utf8mb4 COLLATE {collation}")
             }

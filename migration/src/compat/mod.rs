@@ -201,8 +201,14 @@ pub(crate) async fn ensure_schema_in(
                 None => sql::run(manager, &[&add]).await?,
             }
         }
+        let exact_collation =
+            if dialect == Dialect::MySql && latest::mysql_inexact_keys(&before).next().is_some() {
+                inspect::mysql_exact_collation(manager).await?
+            } else {
+                None
+            };
         if dialect == Dialect::MySql
-            && let Some((columns, alter)) = latest::mysql_exact_keys(&before)
+            && let Some((columns, alter)) = latest::mysql_exact_keys(&before, exact_collation)
         {
             match online {
                 Some(run) => run.alter(COMPAT, columns.join(", "), &alter).await?,

@@ -546,6 +546,27 @@ fn unplanned(name: &str) -> OnlineError {
     )))
 }
 
+/// After a lock wait expired (`timeout`: the setting that bounded it): a warning naming
+/// what the dialect's query found holding `task_run`'s lock longest, so that an operator
+/// knows what to end or wait for; nothing when nothing holds it any more.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) fn report_holder(
+    object: &str,
+    attempt: u32,
+    timeout: &str,
+    holder: Result<Option<String>, sea_orm_migration::sea_orm::sqlx::Error>,
+) {
+    match holder {
+        Ok(Some(holder)) => tracing::warn!(
+            object,
+            attempt,
+            "{timeout} expired waiting for a lock on task_run; it is held longest by {holder}"
+        ),
+        Ok(None) => {}
+        Err(err) => tracing::debug!(%err, "could not read who holds task_run's lock"),
+    }
+}
+
 /// Whether `err` is a deadlock (PostgreSQL 40P01, MySQL/MariaDB 1213, SQLSTATE 40001):
 /// the resolution of duplicates, an UPDATE, can meet writers that way, and runs again.
 #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]

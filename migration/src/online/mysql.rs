@@ -168,24 +168,33 @@ const ACTIVE_DUPLICATES: &str = "SELECT t.id, t.user_id, t.task_type, t.resource
     AND o.resource_key = t.resource_key AND o.status IN ('queued', 'running') AND o.id <> t.id) \
     ORDER BY t.user_id, t.task_type, t.resource_key, t.created_at, t.id";
 
+/// The rule: `t` runs, not `concurrent`, beside an older run of its key.
+macro_rules! runs_beside_an_older {
+    () => {
+        "t.status = 'running' AND NOT t.concurrent AND EXISTS (SELECT 1 FROM task_run o \
+         WHERE o.user_id = t.user_id AND o.task_type = t.task_type \
+         AND o.resource_key = t.resource_key AND o.status = 'running' \
+         AND NOT o.concurrent AND o.id < t.id)"
+    };
+}
+
 /// Running tasks of keys that have an older one running (neither `concurrent`): a
 /// plain read, which locks nothing. The migration's own marking is one `UPDATE` whose
 /// subquery reads the whole table with shared locks, and every writer whose row falls
 /// in a locked gap waited for it (2.6 s on 5,000,000 rows under load).
-const RUNNING_DUPLICATES: &str = "SELECT t.id FROM task_run t \
-    WHERE t.status = 'running' AND NOT t.concurrent AND EXISTS (SELECT 1 FROM task_run o \
-    WHERE o.user_id = t.user_id AND o.task_type = t.task_type \
-    AND o.resource_key = t.resource_key AND o.status = 'running' \
-    AND NOT o.concurrent AND o.id < t.id)";
+const RUNNING_DUPLICATES: &str = concat!(
+    "SELECT t.id FROM task_run t WHERE ",
+    runs_beside_an_older!()
+);
 /// One of them marked `concurrent` if it still runs beside an older run of its key (the
 /// migration's rule, read again with locks on that key's rows alone: the oldest run of a
 /// key is never marked).
-const EXEMPT_RUNNING_DUPLICATE: &str = "UPDATE task_run SET concurrent = true \
-    WHERE id IN (SELECT id FROM (SELECT t.id FROM task_run t \
-    WHERE t.id = ? AND t.status = 'running' AND NOT t.concurrent AND EXISTS (SELECT 1 \
-    FROM task_run o WHERE o.user_id = t.user_id AND o.task_type = t.task_type \
-    AND o.resource_key = t.resource_key AND o.status = 'running' \
-    AND NOT o.concurrent AND o.id < t.id)) AS duplicates)";
+const EXEMPT_RUNNING_DUPLICATE: &str = concat!(
+    "UPDATE task_run SET concurrent = true WHERE id IN (SELECT id FROM (SELECT t.id \
+     FROM task_run t WHERE t.id = ? AND ",
+    runs_beside_an_older!(),
+    ") AS duplicates)"
+);
 
 const CANCEL_DUPLICATE: &str = "UPDATE task_run SET status = 'cancelled', error = ?, \
     finished_at = ?, updated_at = ? WHERE id = ? AND status IN ('queued', 'running')";
@@ -663,16 +672,17 @@ impl Session {
         if run.manager().has_index("task_run", name).await? {
             return Ok(());
         }
-        if dedup == Dedup::Nothing {
-            return (self.alter(run, migration, name, sql, &INDEX_FORMS, dedup)).await;
-        }
-        let built = (self.alter(run, migration, name, sql, &INDEX_FORMS, dedup)).await;
-        // Whatever the build's outcome: a guard left standing costs every later write a
-        // lock. When this fails too (the connection is gone), the next run's repair
-        // drops it; the build's own error is the one to report.
-        let unguarded = self.unguard(run, name).await;
-        if built.is_ok() {
-            unguarded?;
+        let built = self
+            .alter(run, migration, name, sql, &INDEX_FORMS, dedup)
+            .await;
+        if dedup != Dedup::Nothing {
+            // Whatever the build's outcome: a guard left standing costs every later write
+            // a lock. When this fails too (the connection is gone), the next run's repair
+            // drops it; the build's own error is the one to report.
+            let unguarded = self.unguard(run, name).await;
+            if built.is_ok() {
+                unguarded?;
+            }
         }
         built
     }
@@ -700,23 +710,14 @@ impl Session {
         self.brief(run, object, UNGUARD_TABLE).await
     }
 
-    /// After `lock_wait_timeout` expired: a warning naming the session that has held
-    /// `task_run`'s metadata lock longest, as far as the server tells (the oldest open
-    /// transaction or running statement of another session in this database), if any.
+    /// After `lock_wait_timeout` expired: warns naming the session that most likely
+    /// holds `task_run`'s metadata lock (`LOCK_HOLDER`).
     async fn report_holder(&mut self, object: &str, attempt: u32) {
         let conn: &mut MySqlConnection = &mut self.conn;
-        match sqlx::query_scalar::<_, String>(AssertSqlSafe(LOCK_HOLDER))
+        let holder = sqlx::query_scalar(AssertSqlSafe(LOCK_HOLDER))
             .fetch_optional(conn)
-            .await
-        {
-            Ok(Some(holder)) => tracing::warn!(
-                object,
-                attempt,
-                "lock_wait_timeout expired waiting for task_run's metadata lock; it is held longest by {holder}"
-            ),
-            Ok(None) => {}
-            Err(err) => tracing::debug!(%err, "could not read who holds task_run's metadata lock"),
-        }
+            .await;
+        super::report_holder(object, attempt, "lock_wait_timeout", holder);
     }
 
     /// Runs a statement that takes `task_run`'s metadata lock for a moment (a trigger's

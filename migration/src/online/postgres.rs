@@ -414,22 +414,12 @@ impl Session {
         }
     }
 
-    /// After `lock_timeout` expired: a warning naming the session that has held a lock on
-    /// `task_run` longest (what an operator would end or wait for), if any still does.
+    /// After `lock_timeout` expired: warns naming the session that has held a lock on
+    /// `task_run` longest (`LOCK_HOLDER`).
     async fn report_holder(&mut self, object: &str, attempt: u32) {
         let conn: &mut PgConnection = &mut self.conn;
-        match sqlx::query_scalar::<_, String>(LOCK_HOLDER)
-            .fetch_optional(conn)
-            .await
-        {
-            Ok(Some(holder)) => tracing::warn!(
-                object,
-                attempt,
-                "lock_timeout expired waiting for a lock on task_run; it is held longest by {holder}"
-            ),
-            Ok(None) => {}
-            Err(err) => tracing::debug!(%err, "could not read who holds task_run's locks"),
-        }
+        let holder = sqlx::query_scalar(LOCK_HOLDER).fetch_optional(conn).await;
+        super::report_holder(object, attempt, "lock_timeout", holder);
     }
 
     /// Adds a column unless the table has it.
