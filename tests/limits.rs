@@ -1,7 +1,8 @@
 //! Limits per task type on every dialect (`TaskAdmin::set_limits`): running tasks
-//! anywhere, running tasks per user and starts per window, decided by the database
-//! under racing claimers in one process and in two; lowered while tasks run; with a
-//! worker gone and a connection killed in the middle.
+//! anywhere, running tasks per user and starts per window; and the limit per user
+//! across all types (`TaskAdmin::set_user_limit`); decided by the database under racing
+//! claimers in one process and in two; lowered while tasks run; with a worker gone and
+//! a connection killed in the middle.
 
 mod common;
 
@@ -33,10 +34,17 @@ matrix!(
     claims_in_a_caller_transaction_honour_limits,
     workers_in_two_processes_stay_within_the_limits,
     fair_claims_take_users_in_turn,
+    racing_claimers_never_exceed_the_user_limit,
+    a_user_limit_set_elsewhere_holds_at_once,
+    the_user_limit_is_set_listed_cleared_and_checked,
+    workers_in_two_processes_stay_within_the_user_limit,
 );
 
 // Sessions to kill: the server dialects.
-server_matrix!(a_claim_holding_the_limit_lock_killed_frees_the_type);
+server_matrix!(
+    a_claim_holding_the_limit_lock_killed_frees_the_type,
+    a_claim_holding_the_user_limit_lock_killed_frees_the_claims,
+);
 
 const LEASE: Duration = Duration::from_secs(60);
 
@@ -493,25 +501,39 @@ async fn a_claim_holding_the_limit_lock_killed_frees_the_type(db: &TestDb) {
     // without the lock).
     let limits = TypeLimits::new().max_running(2).max_running_per_user(5);
     limit(&db.db, "export", limits).await;
+    killed_while_waiting_for(db, "export", 2).await;
+}
+
+/// The same for the lock of the limit across all types, which a claim of a type without
+/// limits of its own takes.
+async fn a_claim_holding_the_user_limit_lock_killed_frees_the_claims(db: &TestDb) {
+    db.migrate().await;
+    db.db.set_user_limit(3).await.expect("set");
+    killed_while_waiting_for(db, "", 3).await;
+}
+
+/// 4 tasks of one user, of a type without limits of its own: a claim waits behind
+/// another session holding the limits' row of `task_type`, is killed, took nothing;
+/// after the pools reconnect a claim takes `then`.
+async fn killed_while_waiting_for(db: &TestDb, task_type: &str, then: usize) {
     for i in 0..4 {
         enqueue(&db.db, "u", "export", &i.to_string()).await;
     }
-    // Another session holds the type's row: the claim waits behind it.
+    // Another session holds the row: the claim waits behind it.
     let holder = db.pool(1).await;
     let txn = holder.begin().await.expect("begin");
-    txn.execute_unprepared("SELECT * FROM task_dedup_limits WHERE task_type = 'export' FOR UPDATE")
-        .await
-        .expect("lock");
+    txn.execute_unprepared(&format!(
+        "SELECT * FROM task_dedup_limits WHERE task_type = '{task_type}' FOR UPDATE"
+    ))
+    .await
+    .expect("lock");
     let claimer = Arc::new(db.pool(1).await);
     let waiting = {
         let claimer = Arc::clone(&claimer);
         tokio::spawn(async move { claimer.claim_many("w", &[], LEASE, 4).await })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        !waiting.is_finished(),
-        "the claim waits for the type's lock"
-    );
+    assert!(!waiting.is_finished(), "the claim waits for the lock");
     db.kill_all_sessions().await;
     let outcome = waiting.await.expect("claimer");
     assert!(
@@ -524,9 +546,9 @@ async fn a_claim_holding_the_limit_lock_killed_frees_the_type(db: &TestDb) {
         0,
         "the killed claim took nothing"
     );
-    // The pools reconnect; the type is free.
+    // The pools reconnect; the lock is free.
     let claimed = claimer.claim_many("w", &[], LEASE, 4).await.expect("claim");
-    assert_eq!(claimed.len(), 2);
+    assert_eq!(claimed.len(), then);
 }
 
 /// The child process of [`workers_in_two_processes_stay_within_the_limits`]: a worker of
@@ -647,6 +669,180 @@ async fn workers_in_two_processes_stay_within_the_limits(db: &TestDb) {
             .filter(|t| t.attempts == 0)
             .all(|t| t.status == TaskStatus::Queued)
     );
+    let owners: HashSet<_> = rows.iter().filter_map(|t| t.lease_owner.clone()).collect();
+    assert_eq!(owners.len(), 2, "both processes claimed: {owners:?}");
+}
+
+/// Every user's tasks running now, all types together.
+async fn running_per_user(db: &DatabaseConnection) -> HashMap<String, usize> {
+    let mut per_user: HashMap<String, usize> = HashMap::new();
+    for task in common::rows::all(db).await {
+        if task.status == TaskStatus::Running {
+            *per_user.entry(task.user_id).or_default() += 1;
+        }
+    }
+    per_user
+}
+
+/// At most 2 running tasks per user across all types, with a type of its own per-user
+/// limit of 1 ("sync") and two without limits: one claim of everything starts exactly 2
+/// per user, at most 1 sync each; 8 claimers at once, of any type or of one, start
+/// nothing more; when one of a user's tasks ends, exactly one more of that user's
+/// starts. (With the check removed from the claim of the types without limits of their
+/// own, the first claim starts 6 of each: checked.)
+async fn racing_claimers_never_exceed_the_user_limit(db: &TestDb) {
+    db.migrate().await;
+    db.db.set_user_limit(2).await.expect("set");
+    limit(&db.db, "sync", TypeLimits::new().max_running_per_user(1)).await;
+    for user in ["heavy", "light"] {
+        for task_type in ["export", "sync", "mail"] {
+            for i in 0..4 {
+                enqueue(&db.db, user, task_type, &i.to_string()).await;
+            }
+        }
+    }
+    let first = claimed(&db.db, &[], 20).await;
+    let expected = HashMap::from([("heavy".to_owned(), 2), ("light".to_owned(), 2)]);
+    assert_eq!(running_per_user(&db.db).await, expected, "{first:?}");
+    assert_eq!(first.len(), 4);
+    for user in ["heavy", "light"] {
+        let syncs = first
+            .iter()
+            .filter(|t| t.user_id == user && t.task_type == "sync")
+            .count();
+        assert!(syncs <= 1, "{first:?}");
+    }
+    assert!(race(db, 8, &[], 4).await.is_empty());
+    assert!(race(db, 8, &["mail"], 4).await.is_empty());
+    assert!(race(db, 8, &["sync", "export"], 4).await.is_empty());
+    // One of heavy's ends: one more of heavy's starts, whoever asks.
+    let ended = first.iter().find(|t| t.user_id == "heavy").expect("heavy's");
+    db.db
+        .complete(ended.id, "w", None)
+        .await
+        .expect("complete");
+    let again = race(db, 8, &[], 4).await;
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert_eq!(again[0].user_id, "heavy");
+    assert_eq!(running_per_user(&db.db).await, expected);
+    // Raised: each user gets room for two more.
+    db.db.set_user_limit(4).await.expect("raise");
+    let raised = race(db, 8, &[], 4).await;
+    assert_eq!(raised.len(), 4, "{raised:?}");
+    let four = HashMap::from([("heavy".to_owned(), 4), ("light".to_owned(), 4)]);
+    assert_eq!(running_per_user(&db.db).await, four);
+}
+
+/// A limit across all types stored while this process still trusts its list of limited
+/// types (read once a second) holds at once: the claims without limits check for it in
+/// their own statements and start nothing, until the list is read again and the claims
+/// take the locked path.
+async fn a_user_limit_set_elsewhere_holds_at_once(db: &TestDb) {
+    db.migrate().await;
+    for i in 0..4 {
+        enqueue(&db.db, "u", "export", &i.to_string()).await;
+    }
+    // The list is read (nothing limited) and trusted for a second.
+    assert!(claimed(&db.db, &["none"], 1).await.is_empty());
+    let now = match db.dialect {
+        Dialect::Postgres => "now()",
+        Dialect::MySql => "UTC_TIMESTAMP(6)",
+        Dialect::Sqlite => "'2026-01-01T00:00:00.000000+00:00'",
+    };
+    db.db
+        .execute_unprepared(&format!(
+            "INSERT INTO task_dedup_limits (task_type, max_running_per_user, updated_at) \
+             VALUES ('', 1, {now})"
+        ))
+        .await
+        .expect("insert the row");
+    assert!(claimed(&db.db, &[], 4).await.is_empty());
+    assert!(claimed(&db.db, &["export"], 4).await.is_empty());
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    assert_eq!(claimed(&db.db, &[], 4).await.len(), 1);
+    assert_eq!(running(&db.db, "export").await, 1);
+}
+
+/// `user_limit` reads it with the users running now; `limits` does not list it; it is
+/// checked before any SQL, replaced, and cleared.
+async fn the_user_limit_is_set_listed_cleared_and_checked(db: &TestDb) {
+    db.migrate().await;
+    assert_eq!(db.db.user_limit().await.expect("read"), None);
+    for bad in [0, task_dedup::MAX_LIMIT + 1] {
+        let err = db.db.set_user_limit(bad).await.expect_err("refused");
+        assert!(
+            matches!(
+                err,
+                DedupError::InvalidArgument {
+                    name: "max_running",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+    }
+    assert_eq!(db.db.user_limit().await.expect("read"), None, "nothing written");
+    db.db.set_user_limit(2).await.expect("set");
+    for (user, n) in [("a", 3), ("b", 1)] {
+        for i in 0..n {
+            enqueue(&db.db, user, "export", &i.to_string()).await;
+        }
+    }
+    claimed(&db.db, &[], 10).await;
+    let read = db.db.user_limit().await.expect("read").expect("set");
+    assert_eq!(
+        (read.max_running, read.users_running, read.users_at_limit, read.busiest),
+        (2, 2, 1, 2)
+    );
+    assert!(db.db.limits().await.expect("limits").is_empty());
+    db.db.set_user_limit(1).await.expect("lower");
+    let read = db.db.user_limit().await.expect("read").expect("set");
+    assert_eq!((read.max_running, read.users_at_limit, read.busiest), (1, 2, 2));
+    assert!(db.db.clear_user_limit().await.expect("clear"));
+    assert!(!db.db.clear_user_limit().await.expect("clear again"));
+    assert_eq!(db.db.user_limit().await.expect("read"), None);
+    // Cleared: a's last task starts.
+    assert_eq!(claimed(&db.db, &[], 10).await.len(), 1);
+}
+
+/// 8 workers in 2 processes drain three types, one with a limit of its own (at most 3
+/// exports anywhere), under a limit of 2 running tasks per user across all types: the
+/// monitor never sees a user with more than 2 running, nor do the database's start and
+/// end times, and every user reached 2.
+async fn workers_in_two_processes_stay_within_the_user_limit(db: &TestDb) {
+    db.migrate().await;
+    db.db.set_user_limit(2).await.expect("set");
+    limit(&db.db, "export", TypeLimits::new().max_running(3)).await;
+    for i in 0..16 {
+        for task_type in ["export", "sync", "mail"] {
+            enqueue(&db.db, &format!("u{}", i % 4), task_type, &i.to_string()).await;
+        }
+    }
+    let _children =
+        common::children::Children(vec![child(&db.url, "child-1"), child(&db.url, "child-2")]);
+    let monitor = "SELECT coalesce(max(n), 0) AS n FROM (SELECT count(*) AS n FROM task_run \
+                   WHERE status = 'running' GROUP BY user_id) AS per_user";
+    let mut most_seen = 0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        most_seen = most_seen.max(common::count(&db.db, monitor).await);
+        let rows = common::rows::all(&db.db).await;
+        if rows.iter().all(|t| t.status == TaskStatus::Succeeded) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the workers never drained: {rows:?}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert!(most_seen <= 2, "the monitor saw a user with {most_seen} running");
+    let rows = common::rows::all(&db.db).await;
+    let mut per_user: HashMap<&str, Vec<&task_run::Model>> = HashMap::new();
+    for task in &rows {
+        per_user.entry(task.user_id.as_str()).or_default().push(task);
+    }
+    for (user, tasks) in per_user {
+        assert_eq!(most_at_once(tasks.into_iter()), 2, "{user}");
+    }
+    assert!(most_at_once(rows.iter().filter(|t| t.task_type == "export")) <= 3);
     let owners: HashSet<_> = rows.iter().filter_map(|t| t.lease_owner.clone()).collect();
     assert_eq!(owners.len(), 2, "both processes claimed: {owners:?}");
 }

@@ -128,7 +128,9 @@ pub use connect::{
 pub use enqueue::TaskDedup;
 pub use enqueue::outcome::Enqueued;
 pub use lifecycle::{ReapReport, TaskWorker};
-pub use maintenance::limits::{LimitedType, MAX_LIMIT, RATE_WINDOWS, RateLimit, TypeLimits};
+pub use maintenance::limits::{
+    LimitedType, MAX_LIMIT, RATE_WINDOWS, RateLimit, TypeLimits, UserLimit,
+};
 pub use maintenance::pause::PausedType;
 pub use maintenance::retention::{MAX_PRUNE_BATCH, PruneReport, Retention};
 pub use task_dedup_entity::{TaskStatus, task_run};

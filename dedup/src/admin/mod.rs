@@ -10,7 +10,7 @@ mod cursor;
 mod filter;
 mod stats;
 
-use crate::maintenance::limits::{LimitedType, TypeLimits};
+use crate::maintenance::limits::{LimitedType, TypeLimits, UserLimit};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -243,6 +243,41 @@ pub trait TaskAdmin: crate::values::connection::sealed::Sealed {
     /// # Errors
     /// [`DedupError::Database`].
     async fn limits(&self) -> Result<Vec<LimitedType>, DedupError>;
+
+    /// Sets the limit across all types: at most `max_running` tasks of one `user_id`
+    /// running at once, whatever their types, in every process (a type's own
+    /// [`max_running_per_user`](crate::TypeLimits::max_running_per_user) still applies
+    /// within it). Stored in the database (the row of the empty type in
+    /// `task_dedup_limits`); while it is set, every claim counts each user's running
+    /// tasks under that row's lock, so claims run one at a time across every process
+    /// (the guide's flow-control chapter has the cost). Lowering it interrupts nothing.
+    /// Wakes the workers that wait for notifications.
+    ///
+    /// ```
+    /// # use task_dedup::{DedupError, TaskAdmin};
+    /// # async fn run(db: &sea_orm::DatabaseConnection) -> Result<(), DedupError> {
+    /// // At most 3 tasks of any one tenant running at once, of all types.
+    /// db.set_user_limit(3).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`DedupError::InvalidArgument`] for 0 or more than
+    /// [`MAX_LIMIT`](crate::MAX_LIMIT), before any SQL; [`DedupError::Database`].
+    async fn set_user_limit(&self, max_running: u32) -> Result<(), DedupError>;
+
+    /// Removes the limit across all types; whether one was set.
+    ///
+    /// # Errors
+    /// [`DedupError::Database`].
+    async fn clear_user_limit(&self) -> Result<bool, DedupError>;
+
+    /// The limit across all types, with how many users run tasks now and how many are
+    /// at the limit; `None` when none is set.
+    ///
+    /// # Errors
+    /// [`DedupError::Database`].
+    async fn user_limit(&self) -> Result<Option<UserLimit>, DedupError>;
 }
 
 /// Runs `$body` (with `$exec` an executor on `$db`) through the retry driver until it
@@ -476,6 +511,21 @@ impl<C: DedupConnection> TaskAdmin for C {
     #[tracing::instrument(level = "debug", skip_all)]
     async fn limits(&self) -> Result<Vec<LimitedType>, DedupError> {
         crate::maintenance::limits::list(self).await
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(max_running))]
+    async fn set_user_limit(&self, max_running: u32) -> Result<(), DedupError> {
+        crate::maintenance::limits::set_user_limit(self, max_running).await
+    }
+
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn clear_user_limit(&self) -> Result<bool, DedupError> {
+        crate::maintenance::limits::clear_user_limit(self).await
+    }
+
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn user_limit(&self) -> Result<Option<UserLimit>, DedupError> {
+        crate::maintenance::limits::user_limit(self).await
     }
 }
 

@@ -12,6 +12,11 @@
 
 use std::borrow::Cow;
 
+/// The task type of the row that holds the limit across all types
+/// ([`TaskAdmin::set_user_limit`](crate::TaskAdmin::set_user_limit)): empty, which no
+/// task's type is.
+pub(crate) const ALL_TYPES: &str = "";
+
 /// The unique index of run slots: `(task_type, run_slot)` over running tasks with one
 /// (migration 11).
 #[cfg(any(feature = "postgres", feature = "mysql"))]
@@ -21,15 +26,21 @@ pub(crate) const SLOT_UIDX: &str = "task_run_slot_uidx";
 pub(crate) struct Limits {
     /// The limited types: `task_type`. No parameters.
     pub types: &'static str,
-    /// One type's limits, its row locked until the transaction ends: the type. Columns
-    /// `max_running`, `max_running_per_user`, `rate_starts`, `rate_window_micros`,
-    /// `window_start_micros`, `window_starts`, `fair`, `fair_cursor`, and `now_micros`,
-    /// the database's clock in microseconds since the Unix epoch.
+    /// One type's limits and the limit across all types ([`ALL_TYPES`]' row), the rows
+    /// locked until the transaction ends, in that order (the empty type first: every
+    /// claim that locks both takes them in the same order): the type. Columns
+    /// `task_type`, `max_running`, `max_running_per_user`, `rate_starts`,
+    /// `rate_window_micros`, `window_start_micros`, `window_starts`, `fair`,
+    /// `fair_cursor`, and `now_micros`, the database's clock in microseconds since the
+    /// Unix epoch.
     pub lock: &'static str,
     /// One type's running tasks: the type. Columns `user_id`, `run_slot`.
     /// MySQL/MariaDB: a locking read, which sees the latest commits whatever snapshot
     /// the transaction holds (a plain read could miss the previous claim's tasks).
     pub running: &'static str,
+    /// Every running task's user (the limit across all types counts them per user).
+    /// MySQL/MariaDB: a locking read, as [`running`](Self::running). No parameters.
+    pub running_users: &'static str,
     /// The claim of a type whose only limit is `max_running`, in one statement and
     /// without the type's lock (PostgreSQL and SQLite; `None` elsewhere): the next due
     /// tasks of the type, one per key, each given a free run slot below the limit (on
@@ -63,6 +74,11 @@ pub(crate) struct Limits {
     /// JSON array; MySQL/MariaDB: one placeholder each, as many as the argument says),
     /// how many.
     pub candidates: fn(usize) -> Cow<'static, str>,
+    /// [`candidates`](Self::candidates) of every type without limits of its own, for
+    /// the claim of those types while a limit across all types is set: the types to
+    /// take (none: any), then the users to pass over (each list bound as `candidates`
+    /// binds its users; on MySQL/MariaDB the arguments are their lengths), how many.
+    pub rest_candidates: fn(usize, usize) -> Cow<'static, str>,
     /// A fair claim's walk over the users with queued tasks of one type, in order from
     /// the one after a cursor (one index lookup per user, `task_run_user_queue_idx`):
     /// `user_id`. Parameters: the type, the cursor, how many users at most
@@ -109,6 +125,8 @@ pub(crate) mod tests {
             ("read_slots", limits.read_slots.unwrap_or("-").into()),
             ("slot_claim", limits.slot_claim.unwrap_or("-").into()),
             ("candidates", (limits.candidates)(2)),
+            ("running_users", limits.running_users.into()),
+            ("rest_candidates", (limits.rest_candidates)(2, 2)),
             ("fair_users", limits.fair_users.into()),
             ("fair_heads", limits.fair_heads.into()),
             ("fair_cursor", limits.fair_cursor.into()),

@@ -153,8 +153,19 @@ macro_rules! optimistic_select {
         concat!(
             "SELECT id, user_id, task_type, resource_key, concurrent FROM task_run t ",
             due_of_any_limit!(),
-            "AND task_type NOT IN (SELECT task_type FROM task_dedup_limits) "
+            type_unlimited!(),
+            "AND NOT EXISTS (SELECT 1 FROM task_dedup_limits a WHERE a.task_type = '') "
         )
+    };
+}
+
+/// A task whose type has no limits of its own (no row in `task_dedup_limits`). With
+/// the last condition of [`optimistic_select!`] (no limit across all types: the row of
+/// the empty type, which no task has; while one is set, every task starts under its
+/// lock, [`LIMITS`]'s `rest_candidates`), the main claims' selection.
+macro_rules! type_unlimited {
+    () => {
+        "AND task_type NOT IN (SELECT task_type FROM task_dedup_limits) "
     };
 }
 
@@ -468,13 +479,15 @@ macro_rules! now_micros {
 pub(crate) const LIMITS: Limits = Limits {
     types: "SELECT task_type FROM task_dedup_limits",
     lock: concat!(
-        "SELECT max_running, max_running_per_user, rate_starts, rate_window_micros, \
-         window_start_micros, window_starts, fair, fair_cursor, ",
+        "SELECT task_type, max_running, max_running_per_user, rate_starts, \
+         rate_window_micros, window_start_micros, window_starts, fair, fair_cursor, ",
         now_micros!(),
-        " AS now_micros FROM task_dedup_limits WHERE task_type = ? FOR UPDATE"
+        " AS now_micros FROM task_dedup_limits WHERE task_type IN (?, '') \
+         ORDER BY task_type FOR UPDATE"
     ),
     running: "SELECT user_id, run_slot FROM task_run \
               WHERE task_type = ? AND status = 'running' LOCK IN SHARE MODE",
+    running_users: "SELECT user_id FROM task_run WHERE status = 'running' LOCK IN SHARE MODE",
     window_claim: None,
     // `task_run_type_status_created_idx` finds the running tasks. A plain read: a slot
     // taken by a claim it does not see fails that update in `task_run_slot_uidx`.
@@ -482,7 +495,8 @@ pub(crate) const LIMITS: Limits = Limits {
         "SELECT l.max_running AS m, r.status, r.run_slot AS slot FROM task_dedup_limits l \
          LEFT JOIN task_run r ON r.task_type = l.task_type AND r.status = 'running' \
          WHERE l.task_type = ? AND l.max_running IS NOT NULL \
-         AND l.max_running_per_user IS NULL AND l.rate_starts IS NULL AND NOT l.fair",
+         AND l.max_running_per_user IS NULL AND l.rate_starts IS NULL AND NOT l.fair \
+         AND NOT EXISTS (SELECT 1 FROM task_dedup_limits a WHERE a.task_type = '')",
     ),
     slot_claim: None,
     candidates: |excluded| {
@@ -493,6 +507,24 @@ pub(crate) const LIMITS: Limits = Limits {
              WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
              AND r.resource_key = t.resource_key AND r.running_slot = 1)) "
         ));
+        if excluded > 0 {
+            sql.push_str(&format!("AND user_id NOT IN ({}) ", repeat("?", excluded)));
+        }
+        sql.push_str(claim_order!());
+        Cow::Owned(sql)
+    },
+    rest_candidates: |types, excluded| {
+        let mut sql = String::from(concat!(
+            "SELECT id, user_id, resource_key, concurrent FROM task_run t ",
+            due_of_any_limit!(),
+            type_unlimited!(),
+            "AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
+             WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
+             AND r.resource_key = t.resource_key AND r.running_slot = 1)) "
+        ));
+        if types > 0 {
+            sql.push_str(&format!("AND task_type IN ({}) ", repeat("?", types)));
+        }
         if excluded > 0 {
             sql.push_str(&format!("AND user_id NOT IN ({}) ", repeat("?", excluded)));
         }

@@ -79,9 +79,26 @@ macro_rules! due {
     () => {
         concat!(
             due_of_any_limit!(),
-            "AND NOT EXISTS (SELECT 1 FROM task_dedup_limits l \
-             WHERE l.task_type = t.task_type OFFSET 0) "
+            type_unlimited!(),
+            no_limit_across_types!()
         )
+    };
+}
+
+/// A task whose type has no limits of its own (no row in `task_dedup_limits`).
+macro_rules! type_unlimited {
+    () => {
+        "AND NOT EXISTS (SELECT 1 FROM task_dedup_limits l \
+         WHERE l.task_type = t.task_type OFFSET 0) "
+    };
+}
+
+/// No limit across all types is set (the row of the empty type, which no task has):
+/// while one is, every task starts under its lock ([`LIMITS`]'s `rest_candidates`).
+/// Uncorrelated, so evaluated once per statement.
+macro_rules! no_limit_across_types {
+    () => {
+        "AND NOT EXISTS (SELECT 1 FROM task_dedup_limits a WHERE a.task_type = '') "
     };
 }
 
@@ -569,13 +586,16 @@ macro_rules! now_micros {
 pub(crate) const LIMITS: Limits = Limits {
     types: "SELECT task_type FROM task_dedup_limits",
     lock: concat!(
-        "SELECT max_running, max_running_per_user, rate_starts, rate_window_micros, \
-         window_start_micros, window_starts, fair, fair_cursor, ",
+        "SELECT task_type, max_running, max_running_per_user, rate_starts, \
+         rate_window_micros, window_start_micros, window_starts, fair, fair_cursor, ",
         now_micros!(),
-        " AS now_micros FROM task_dedup_limits WHERE task_type = $1 FOR UPDATE"
+        " AS now_micros FROM task_dedup_limits WHERE task_type IN ($1, '') \
+         ORDER BY task_type FOR UPDATE"
     ),
     // `task_run_type_status_created_idx` leads with the type and the status.
     running: "SELECT user_id, run_slot FROM task_run WHERE task_type = $1 AND status = 'running'",
+    // `task_run_claim_idx` leads with the status.
+    running_users: "SELECT user_id FROM task_run WHERE status = 'running'",
     read_slots: None,
     // Slots `off .. off + $4` for a random `off` whose range no running task holds (a
     // range probe of `task_run_slot_uidx`; four tries): no read of the running tasks'
@@ -590,7 +610,9 @@ pub(crate) const LIMITS: Limits = Limits {
          WHERE l.task_type = $3 AND l.max_running IS NOT NULL \
          AND l.max_running_per_user IS NULL AND l.rate_starts IS NULL AND NOT l.fair \
          AND NOT EXISTS (SELECT 1 FROM task_run r WHERE r.task_type = $3 \
-         AND r.status = 'running' AND (r.run_slot IS NULL OR r.run_slot >= l.max_running))) \
+         AND r.status = 'running' AND (r.run_slot IS NULL OR r.run_slot >= l.max_running)) ",
+        no_limit_across_types!(),
+        ") \
          UPDATE task_run SET status = 'running', attempts = attempts + 1, lease_owner = $1, \
          lease_expires_at = statement_timestamp() + $2 * interval '1 microsecond', \
          started_at = statement_timestamp(), updated_at = statement_timestamp(), \
@@ -616,7 +638,9 @@ pub(crate) const LIMITS: Limits = Limits {
         "WITH lim AS (SELECT max_running AS m, floor(random() * max_running)::int8 AS off \
          FROM task_dedup_limits \
          WHERE task_type = $3 AND max_running IS NOT NULL AND max_running_per_user IS NULL \
-         AND rate_starts IS NULL AND NOT fair), \
+         AND rate_starts IS NULL AND NOT fair ",
+        no_limit_across_types!(),
+        "), \
          run AS (SELECT run_slot FROM task_run WHERE task_type = $3 AND status = 'running'), \
          free AS (SELECT (lim.off + i) % lim.m AS fslot, row_number() OVER (ORDER BY i) AS fn \
          FROM lim CROSS JOIN \
@@ -648,6 +672,21 @@ pub(crate) const LIMITS: Limits = Limits {
             "SELECT id, user_id, resource_key, concurrent ",
             due_of_any_limit!(),
             "AND task_type = $1 AND NOT (user_id = ANY($2)) \
+             AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
+             WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
+             AND r.resource_key = t.resource_key AND ",
+            runs_serially_sql!(),
+            " OFFSET 0)) \
+             ORDER BY priority DESC, run_at, created_at, id LIMIT $3 FOR UPDATE SKIP LOCKED"
+        ))
+    },
+    rest_candidates: |_, _| {
+        Cow::Borrowed(concat!(
+            "SELECT id, user_id, resource_key, concurrent ",
+            due_of_any_limit!(),
+            type_unlimited!(),
+            "AND (cardinality($1::varchar[]) = 0 OR task_type = ANY($1)) \
+             AND NOT (user_id = ANY($2)) \
              AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
              WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
              AND r.resource_key = t.resource_key AND ",

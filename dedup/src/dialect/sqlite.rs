@@ -51,8 +51,25 @@ macro_rules! due {
     () => {
         concat!(
             due_of_any_limit!(),
-            "AND task_type NOT IN (SELECT task_type FROM task_dedup_limits) "
+            type_unlimited!(),
+            no_limit_across_types!()
         )
+    };
+}
+
+/// A task whose type has no limits of its own (no row in `task_dedup_limits`).
+macro_rules! type_unlimited {
+    () => {
+        "AND task_type NOT IN (SELECT task_type FROM task_dedup_limits) "
+    };
+}
+
+/// No limit across all types is set (the row of the empty type, which no task has):
+/// while one is, every task starts under the limited claims' write lock ([`LIMITS`]'s
+/// `rest_candidates`).
+macro_rules! no_limit_across_types {
+    () => {
+        "AND NOT EXISTS (SELECT 1 FROM task_dedup_limits a WHERE a.task_type = '') "
     };
 }
 
@@ -446,12 +463,13 @@ macro_rules! now_micros {
 pub(crate) const LIMITS: Limits = Limits {
     types: "SELECT task_type FROM task_dedup_limits",
     lock: concat!(
-        "SELECT max_running, max_running_per_user, rate_starts, rate_window_micros, \
-         window_start_micros, window_starts, fair, fair_cursor, ",
+        "SELECT task_type, max_running, max_running_per_user, rate_starts, \
+         rate_window_micros, window_start_micros, window_starts, fair, fair_cursor, ",
         now_micros!(),
-        " AS now_micros FROM task_dedup_limits WHERE task_type = ?"
+        " AS now_micros FROM task_dedup_limits WHERE task_type IN (?, '') ORDER BY task_type"
     ),
     running: "SELECT user_id, run_slot FROM task_run WHERE task_type = ? AND status = 'running'",
+    running_users: "SELECT user_id FROM task_run WHERE status = 'running'",
     read_slots: None,
     // Writers take turns on SQLite, so no other claim takes the same slots: those just
     // above the highest running slot, or else those below the lowest (each a seek in
@@ -467,7 +485,9 @@ pub(crate) const LIMITS: Limits = Limits {
          WHERE l.task_type = ?3 AND l.max_running IS NOT NULL \
          AND l.max_running_per_user IS NULL AND l.rate_starts IS NULL AND NOT l.fair \
          AND NOT EXISTS (SELECT 1 FROM task_run x WHERE x.task_type = ?3 \
-         AND x.status = 'running' AND (x.run_slot IS NULL OR x.run_slot >= l.max_running))), \
+         AND x.status = 'running' AND (x.run_slot IS NULL OR x.run_slot >= l.max_running)) ",
+        no_limit_across_types!(),
+        "), \
          picked AS (SELECT id AS pid, row_number() OVER (ORDER BY priority DESC, run_at, created_at, id) AS pn \
          FROM (SELECT id, priority, run_at, created_at, row_number() OVER (PARTITION BY user_id, \
          resource_key, CASE WHEN concurrent THEN id END \
@@ -492,7 +512,9 @@ pub(crate) const LIMITS: Limits = Limits {
     slot_claim: Some(concat!(
         "WITH RECURSIVE lim AS (SELECT max_running AS m FROM task_dedup_limits \
          WHERE task_type = ?3 AND max_running IS NOT NULL AND max_running_per_user IS NULL \
-         AND rate_starts IS NULL AND NOT fair), \
+         AND rate_starts IS NULL AND NOT fair ",
+        no_limit_across_types!(),
+        "), \
          run AS (SELECT run_slot FROM task_run WHERE task_type = ?3 AND status = 'running'), \
          series (s) AS (SELECT 0 FROM lim UNION ALL SELECT s + 1 FROM series, lim \
          WHERE s + 1 < min(lim.m, ?4 + (SELECT count(*) FROM run))), \
@@ -528,6 +550,20 @@ pub(crate) const LIMITS: Limits = Limits {
              AND r.resource_key = t.resource_key AND ",
             runs_serially_sql!(),
             ")) ORDER BY priority DESC, run_at, created_at, id LIMIT ?"
+        ))
+    },
+    rest_candidates: |_, _| {
+        Cow::Borrowed(concat!(
+            "SELECT id, user_id, resource_key, concurrent FROM ",
+            due_of_any_limit!(),
+            type_unlimited!(),
+            "AND (json_array_length(?1) = 0 OR task_type IN (SELECT value FROM json_each(?1))) \
+             AND user_id NOT IN (SELECT value FROM json_each(?2)) \
+             AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
+             WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
+             AND r.resource_key = t.resource_key AND ",
+            runs_serially_sql!(),
+            ")) ORDER BY priority DESC, run_at, created_at, id LIMIT ?3"
         ))
     },
     fair_users: "WITH RECURSIVE walk (user_id, n) AS ( \

@@ -6,6 +6,7 @@ use uuid::Uuid;
 
 use super::Executor;
 use super::args::{self, Arg};
+use crate::dialect::limits::ALL_TYPES;
 use crate::dialect::{Dialect, Failure};
 use task_dedup_entity::task_run;
 
@@ -43,6 +44,15 @@ impl LimitRow {
     }
 }
 
+/// What a limited claim locked: its type's limits, and the limit across all types.
+#[derive(Debug, Default)]
+pub(crate) struct Locked {
+    /// The type's own row, if it has one.
+    pub own: Option<LimitRow>,
+    /// [`ALL_TYPES`]' row, if a limit across all types is set.
+    pub all_types: Option<LimitRow>,
+}
+
 /// A limited type's row in [`Executor::list_limits`].
 pub(crate) struct ListedLimit {
     pub task_type: String,
@@ -69,16 +79,50 @@ impl Executor<'_> {
             .collect::<Result<_, _>>()?)
     }
 
-    /// `task_type`'s limits, its row locked until the transaction ends; `None` when it
-    /// has none.
-    pub(crate) async fn lock_limits(
-        &mut self,
-        task_type: &str,
-    ) -> Result<Option<LimitRow>, Failure> {
+    /// `task_type`'s limits and the limit across all types, their rows locked until the
+    /// transaction ends (`task_type` [`ALL_TYPES`]: that row alone).
+    pub(crate) async fn lock_limits(&mut self, task_type: &str) -> Result<Locked, Failure> {
         let rows = self
             .rows(self.dialect.limits().lock, vec![Arg::Str(task_type)])
             .await?;
-        Ok(rows.first().map(LimitRow::of).transpose()?)
+        let mut locked = Locked::default();
+        for row in &rows {
+            let limits = LimitRow::of(row)?;
+            if row.try_get::<String>("", "task_type")? == ALL_TYPES {
+                locked.all_types = Some(limits);
+            } else {
+                locked.own = Some(limits);
+            }
+        }
+        Ok(locked)
+    }
+
+    /// Every running task's user.
+    pub(crate) async fn running_users(&mut self) -> Result<Vec<String>, Failure> {
+        let rows = self
+            .rows(self.dialect.limits().running_users, vec![])
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|row| row.try_get("", "user_id"))
+            .collect::<Result<_, _>>()?)
+    }
+
+    /// Up to `max` due tasks of `task_types` (any when empty) that have no limits of
+    /// their own, in claim order, none of `excluded` users, locked (SQLite: under the
+    /// transaction's write lock).
+    pub(crate) async fn rest_candidates(
+        &mut self,
+        task_types: &[&str],
+        excluded: &[&str],
+        max: i64,
+    ) -> Result<Vec<Candidate>, Failure> {
+        let sql = (self.dialect.limits().rest_candidates)(task_types.len(), excluded.len());
+        let mut values = users(self.dialect, task_types);
+        values.extend(users(self.dialect, excluded));
+        values.push(Arg::I64(max));
+        let rows = self.rows(sql, values).await?;
+        candidates(&rows)
     }
 
     /// `task_type`'s running tasks: each one's user and run slot.
@@ -325,9 +369,9 @@ fn candidates(rows: &[QueryResult]) -> Result<Vec<Candidate>, Failure> {
         .collect::<Result<_, sea_orm::DbErr>>()?)
 }
 
-/// The users a limited claim passes over, as its dialect binds them: as a claim binds
-/// task types (`args::task_types`: one PostgreSQL array, one JSON array on SQLite), and
-/// one value each on MySQL/MariaDB.
+/// The users a limited claim passes over (or the types it takes), as its dialect binds
+/// them: as a claim binds task types (`args::task_types`: one PostgreSQL array, one JSON
+/// array on SQLite), and one value each on MySQL/MariaDB.
 fn users<'a>(dialect: Dialect, users: &[&'a str]) -> Vec<Arg<'a>> {
     match dialect {
         #[cfg(feature = "mysql")]

@@ -9,6 +9,7 @@ use std::time::Duration;
 use super::{claim_mode, limited};
 use crate::connect::retry::Retrying;
 use crate::dialect::Claim;
+use crate::dialect::limits::ALL_TYPES;
 use crate::executor::Executor;
 use crate::values::connection::DedupConnection;
 use crate::values::error::DedupError;
@@ -52,12 +53,15 @@ pub(super) async fn claim_many<C: DedupConnection>(
     let max = validate::claim_max(max)?;
     let mut exec = Executor::on(db)?;
     let limited = crate::maintenance::limits::limited_types(&mut exec).await?;
+    // A limit across all types: every claim counts each user's running tasks under its
+    // row's lock, the types without limits of their own included (`claim_rest`).
+    let across = limited.iter().any(|t| t == ALL_TYPES);
     let wanted: Vec<&str> = limited
         .iter()
         .map(String::as_str)
-        .filter(|t| task_types.is_empty() || task_types.contains(t))
+        .filter(|t| *t != ALL_TYPES && (task_types.is_empty() || task_types.contains(t)))
         .collect();
-    let claimed = if wanted.is_empty() {
+    let claimed = if wanted.is_empty() && !across {
         unlimited(db, &mut exec, worker_id, task_types, lease_micros, max).await?
     } else {
         // The limited types first, each first in turn, then the others (`None`: the main
@@ -69,7 +73,7 @@ pub(super) async fn claim_many<C: DedupConnection>(
         // over them.
         let turn = TURN.fetch_add(1, Ordering::Relaxed);
         let mut parts: Vec<Option<&str>> = Vec::with_capacity(wanted.len() + 1);
-        let first = turn % wanted.len();
+        let first = turn % wanted.len().max(1);
         parts.extend(
             wanted
                 .iter()
@@ -79,7 +83,7 @@ pub(super) async fn claim_many<C: DedupConnection>(
                 .copied()
                 .map(Some),
         );
-        if task_types.len() != wanted.len() {
+        if task_types.is_empty() || task_types.len() != wanted.len() {
             let backoff = MAIN_IDLE.load(Ordering::Relaxed).min(MAX_MAIN_BACKOFF);
             if turn.is_multiple_of(MAIN_FIRST_EVERY << backoff) {
                 parts.insert(0, None);
@@ -95,8 +99,19 @@ pub(super) async fn claim_many<C: DedupConnection>(
             }
             claimed.extend(match part {
                 None => {
-                    let tasks =
-                        unlimited(db, &mut exec, worker_id, task_types, lease_micros, room).await?;
+                    let rest = if across {
+                        limited::claim_rest(db, &mut exec, worker_id, task_types, lease_micros, room)
+                            .await?
+                    } else {
+                        None
+                    };
+                    let tasks = match rest {
+                        Some(tasks) => tasks,
+                        None => {
+                            unlimited(db, &mut exec, worker_id, task_types, lease_micros, room)
+                                .await?
+                        }
+                    };
                     if tasks.is_empty() {
                         let _ = MAIN_IDLE.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
                             (n < MAX_MAIN_BACKOFF).then_some(n + 1)
@@ -107,7 +122,8 @@ pub(super) async fn claim_many<C: DedupConnection>(
                     tasks
                 }
                 Some(task_type) => {
-                    limited::claim(db, &mut exec, worker_id, task_type, lease_micros, room).await?
+                    limited::claim(db, &mut exec, worker_id, task_type, lease_micros, room, across)
+                        .await?
                 }
             });
         }

@@ -23,6 +23,7 @@ use std::time::Duration;
 use crate::connect::retry::Retrying;
 use crate::dialect::Failure;
 use crate::executor::Executor;
+use crate::dialect::limits::ALL_TYPES;
 use crate::executor::limits::{Candidate, LimitRow};
 use crate::maintenance::limits::window;
 use crate::values::connection::DedupConnection;
@@ -42,6 +43,9 @@ const FAIR_WALK: i64 = 64;
 /// the one-statement claims of a type whose only limit is `max_running` (where the
 /// dialect has them; they start nothing otherwise), a random range of free slots, then
 /// the free slots read, then, for what they left, the locked claim.
+///
+/// With a limit across all types set (`across`), only the locked claim: the others do
+/// not count a user's tasks of other types.
 pub(super) async fn claim<C: DedupConnection>(
     db: &C,
     exec: &mut Executor<'_>,
@@ -49,12 +53,13 @@ pub(super) async fn claim<C: DedupConnection>(
     task_type: &str,
     lease_micros: i64,
     max: i64,
+    across: bool,
 ) -> Result<Vec<task_run::Model>, DedupError> {
     // As the main claim: a claim lost with its connection is not run again.
     let mut retrying = Retrying::new(db, Some(Duration::ZERO), "claim");
     let mut races = 0;
     let mut claimed = Vec::new();
-    let mut stage = Stage::Window;
+    let mut stage = if across { Stage::Locked } else { Stage::Window };
     loop {
         let want = max - claimed.len() as i64;
         let attempt = async {
@@ -210,9 +215,14 @@ async fn start(
     lease_micros: i64,
     max: i64,
 ) -> Result<Vec<task_run::Model>, Failure> {
-    let Some(limits) = txn.lock_limits(task_type).await? else {
+    let locked = txn.lock_limits(task_type).await?;
+    let Some(limits) = locked.own else {
         // Cleared since this process read the list: the other claims take its tasks.
         return Ok(Vec::new());
+    };
+    let mut across = match &locked.all_types {
+        Some(row) => PerUser::across_types(txn, row).await?,
+        None => None,
     };
     // Counted only for a limit on running tasks (a rate or fairness alone needs none):
     // each user's running tasks, and the run slots they hold.
@@ -231,47 +241,24 @@ async fn start(
         }
         return Ok(Vec::new());
     }
-    let excluded: Vec<&str> = match room.per_user {
-        Some(limit) => per_user
-            .iter()
-            .filter(|(_, n)| **n >= limit)
-            .map(|(user, _)| user.as_str())
-            .collect(),
-        None => Vec::new(),
-    };
+    let mut per_type = room.per_user.map(|limit| PerUser {
+        limit,
+        running: per_user,
+    });
+    let excluded = PerUser::full(&[&per_type, &across]);
+    let excluded: Vec<&str> = excluded.iter().map(String::as_str).collect();
     let (candidates, walked) = if limits.fair {
         let cursor = limits.fair_cursor.as_deref().unwrap_or("");
         fair(txn, task_type, cursor, &excluded, room.tasks).await?
     } else {
-        let read = match room.per_user {
-            Some(_) => (room.tasks * PER_USER_READ_AHEAD).min(MAX_CLAIM as i64),
-            None => room.tasks,
+        let read = match (&per_type, &across) {
+            (None, None) => room.tasks,
+            _ => (room.tasks * PER_USER_READ_AHEAD).min(MAX_CLAIM as i64),
         };
         let candidates = txn.limited_candidates(task_type, &excluded, read).await?;
         (candidates, None)
     };
-    let mut per_user: HashMap<&str, i64> = per_user.iter().map(|(u, n)| (u.as_str(), *n)).collect();
-    let mut keys = HashSet::with_capacity(candidates.len());
-    let mut ids = Vec::with_capacity(candidates.len());
-    let mut served = None;
-    for candidate in &candidates {
-        if ids.len() as i64 >= room.tasks {
-            break;
-        }
-        let key = (candidate.user_id.as_str(), candidate.resource_key.as_str());
-        if !candidate.concurrent && !keys.insert(key) {
-            continue;
-        }
-        if let Some(limit) = room.per_user {
-            let user = per_user.entry(candidate.user_id.as_str()).or_insert(0);
-            if *user >= limit {
-                continue;
-            }
-            *user += 1;
-        }
-        ids.push(candidate.id);
-        served = Some(candidate.user_id.as_str());
-    }
+    let (mut ids, served) = pick(&candidates, room.tasks, &mut [&mut per_type, &mut across]);
     // The next fair claim goes on after the last user served, or, when none had a task
     // due, after the last user walked (so users whose tasks are not due yet do not hold
     // the turn).
@@ -281,7 +268,10 @@ async fn start(
         txn.set_fair_cursor(task_type, user).await?;
     }
     if !excluded.is_empty() && (ids.len() as i64) < room.tasks {
-        crate::metrics::limit_waited("max_running_per_user");
+        crate::metrics::limit_waited(match per_type {
+            Some(_) => "max_running_per_user",
+            None => "user_limit",
+        });
     }
     if ids.is_empty() {
         return Ok(Vec::new());
@@ -305,6 +295,151 @@ async fn start(
         txn.set_window(task_type, start, starts).await?;
     }
     Ok(claimed)
+}
+
+/// The claim of the types without limits of their own while a limit across all types
+/// is set (the main claims pass over every task then): in a transaction of its own
+/// that locks that limit's row, so these claims and the limited types' run one at a
+/// time, each counting every user's running tasks afresh. `None` when no such limit is
+/// set (any more): the main claim takes these types.
+pub(super) async fn claim_rest<C: DedupConnection>(
+    db: &C,
+    exec: &mut Executor<'_>,
+    worker_id: &str,
+    task_types: &[&str],
+    lease_micros: i64,
+    max: i64,
+) -> Result<Option<Vec<task_run::Model>>, DedupError> {
+    let mut retrying = Retrying::new(db, Some(Duration::ZERO), "claim");
+    let mut races = 0;
+    loop {
+        let attempt = async {
+            let mut txn = exec.begin(true).await?;
+            let outcome = start_rest(&mut txn, worker_id, task_types, lease_micros, max).await;
+            match txn.finish(outcome).await {
+                Err(failure) if failure.is_lost_claim_race() => Ok(None),
+                outcome => Ok(Some(outcome?)),
+            }
+        };
+        // Boxed, as in `retried`.
+        match retrying.run(Box::pin(attempt)).await {
+            Some(Ok(Some(tasks))) => return Ok(tasks),
+            Some(Ok(None)) if races < super::claim::MAX_CLAIM_RACES => races += 1,
+            Some(Ok(None)) => return Ok(Some(Vec::new())),
+            Some(Err(err)) => return Err(err),
+            None => {}
+        }
+    }
+}
+
+/// One attempt of [`claim_rest`], in its transaction.
+async fn start_rest(
+    txn: &mut Executor<'_>,
+    worker_id: &str,
+    task_types: &[&str],
+    lease_micros: i64,
+    max: i64,
+) -> Result<Option<Vec<task_run::Model>>, Failure> {
+    let Some(row) = txn.lock_limits(ALL_TYPES).await?.all_types else {
+        return Ok(None);
+    };
+    let mut across = PerUser::across_types(txn, &row).await?;
+    let excluded = PerUser::full(&[&across]);
+    let excluded: Vec<&str> = excluded.iter().map(String::as_str).collect();
+    let read = (max * PER_USER_READ_AHEAD).min(MAX_CLAIM as i64);
+    let candidates = txn.rest_candidates(task_types, &excluded, read).await?;
+    let (ids, _) = pick(&candidates, max, &mut [&mut across]);
+    if !excluded.is_empty() && (ids.len() as i64) < max {
+        crate::metrics::limit_waited("user_limit");
+    }
+    if ids.is_empty() {
+        return Ok(Some(Vec::new()));
+    }
+    let slots = vec![None; ids.len()];
+    Ok(Some(txn.claim_ids(worker_id, lease_micros, &ids, &slots).await?))
+}
+
+/// A limit on each user's running tasks (of one type, or across all types) and what
+/// each user runs now.
+struct PerUser {
+    limit: i64,
+    running: HashMap<String, i64>,
+}
+
+impl PerUser {
+    /// The limit across all types that `row` holds, with every user's running tasks
+    /// counted afresh (`None`: the row holds no such limit).
+    async fn across_types(
+        txn: &mut Executor<'_>,
+        row: &LimitRow,
+    ) -> Result<Option<PerUser>, Failure> {
+        let Some(limit) = row.max_running_per_user else {
+            return Ok(None);
+        };
+        let mut running: HashMap<String, i64> = HashMap::new();
+        for user in txn.running_users().await? {
+            *running.entry(user).or_default() += 1;
+        }
+        Ok(Some(PerUser {
+            limit: i64::from(limit),
+            running,
+        }))
+    }
+
+    /// The users at one of `limits` (the claim passes over their tasks).
+    fn full(limits: &[&Option<PerUser>]) -> Vec<String> {
+        limits
+            .iter()
+            .copied()
+            .flatten()
+            .flat_map(|l| l.running.iter().filter(|(_, n)| **n >= l.limit))
+            .map(|(user, _)| user.clone())
+            .collect()
+    }
+
+    fn allows(&self, user: &str) -> bool {
+        self.running.get(user).copied().unwrap_or(0) < self.limit
+    }
+
+    fn count(&mut self, user: &str) {
+        match self.running.get_mut(user) {
+            Some(n) => *n += 1,
+            None => {
+                self.running.insert(user.to_owned(), 1);
+            }
+        }
+    }
+}
+
+/// Up to `max` of `candidates` in their order, one per key (but `concurrent` tasks),
+/// none of a user that one of `limits` leaves no room (each counting what it takes):
+/// their ids, and the user of the last one.
+fn pick<'c>(
+    candidates: &'c [Candidate],
+    max: i64,
+    limits: &mut [&mut Option<PerUser>],
+) -> (Vec<Uuid>, Option<&'c str>) {
+    let mut keys = HashSet::with_capacity(candidates.len());
+    let mut ids = Vec::with_capacity(candidates.len());
+    let mut served = None;
+    for candidate in candidates {
+        if ids.len() as i64 >= max {
+            break;
+        }
+        let user = candidate.user_id.as_str();
+        if !candidate.concurrent && !keys.insert((user, candidate.resource_key.as_str())) {
+            continue;
+        }
+        if !limits.iter().flat_map(|l| l.as_ref()).all(|l| l.allows(user)) {
+            continue;
+        }
+        for limit in limits.iter_mut().flat_map(|l| l.as_mut()) {
+            limit.count(user);
+        }
+        ids.push(candidate.id);
+        served = Some(user);
+    }
+    (ids, served)
 }
 
 /// A fair claim's candidates: users with queued tasks of `task_type` in turn from the

@@ -1,7 +1,10 @@
 //! Limits per task type, stored in the database (`task_dedup_limits`, migration 11),
 //! behind [`TaskAdmin::set_limits`](crate::TaskAdmin::set_limits), `clear_limits` and
 //! `limits`: how many tasks of a type run at once anywhere, how many per user, and how
-//! many start per window. The claims enforce them ([`crate::lifecycle`]), so every
+//! many start per window; and behind `set_user_limit`, `clear_user_limit` and
+//! `user_limit`, how many tasks of one user run at once across all types (the row of
+//! the empty type, [`ALL_TYPES`], which no task has: no schema change). The claims
+//! enforce them ([`crate::lifecycle`]), so every
 //! worker of every process agrees, from its next claim on. Which types are limited is
 //! read once a second per database and process ([`limited_types`]), and afresh after
 //! this process changed them.
@@ -15,7 +18,8 @@ use chrono::{DateTime, Utc};
 use crate::connect::retry::Retrying;
 use crate::dialect::{Dialect, Failure};
 use crate::executor::Executor;
-use crate::executor::limits::LimitRow;
+use crate::dialect::limits::ALL_TYPES;
+use crate::executor::limits::{LimitRow, ListedLimit};
 use crate::values::connection::DedupConnection;
 use crate::values::error::DedupError;
 use crate::values::validate::{self, InvalidArgument};
@@ -192,6 +196,24 @@ pub struct LimitedType {
     pub updated_at: DateTime<Utc>,
 }
 
+/// The limit on each user's running tasks across all types, as
+/// [`TaskAdmin::user_limit`](crate::TaskAdmin::user_limit) reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct UserLimit {
+    /// At most this many tasks of one user running at once, of all types together.
+    pub max_running: u32,
+    /// The users with a task running now.
+    pub users_running: u64,
+    /// The users at the limit now: their other due tasks wait.
+    pub users_at_limit: u64,
+    /// The most tasks one user runs now (above the limit when it was lowered while they
+    /// ran).
+    pub busiest: u64,
+    /// When the limit was last set, by the database's clock.
+    pub updated_at: DateTime<Utc>,
+}
+
 /// The start of the rate window `now_micros` falls in, and the starts counted in it.
 pub(crate) fn window(row: &LimitRow) -> Option<(i64, i64)> {
     let length = row.rate_window_micros.filter(|w| *w > 0)?;
@@ -260,18 +282,43 @@ pub(crate) async fn set<C: DedupConnection + ?Sized>(
 ) -> Result<(), DedupError> {
     task_type_arg(task_type)?;
     let columns = limits.columns()?;
+    store(db, task_type, columns, limits.fair).await?;
+    tracing::info!(task_type, ?limits, "task type limits set");
+    Ok(())
+}
+
+/// Sets the limit across all types: at most `max_running` running tasks per user.
+pub(crate) async fn set_user_limit<C: DedupConnection + ?Sized>(
+    db: &C,
+    max_running: u32,
+) -> Result<(), DedupError> {
+    let limits = TypeLimits::new().max_running_per_user(max_running);
+    let columns = limits
+        .columns()
+        .map_err(|_| InvalidArgument::out_of_range("max_running", "1 to MAX_LIMIT (1,000,000)"))?;
+    store(db, ALL_TYPES, columns, false).await?;
+    tracing::info!(max_running, "limit across all types set");
+    Ok(())
+}
+
+/// Stores the row of `task_type` (checked), then wakes the workers.
+async fn store<C: DedupConnection + ?Sized>(
+    db: &C,
+    task_type: &str,
+    columns: [Option<i64>; 4],
+    fair: bool,
+) -> Result<(), DedupError> {
     let mut exec = Executor::on(db)?;
     let mut retrying = Retrying::new(db, None, "set_limits");
     loop {
         let attempt =
-            async { Ok::<_, DedupError>(exec.set_limits(task_type, columns, limits.fair).await?) };
+            async { Ok::<_, DedupError>(exec.set_limits(task_type, columns, fair).await?) };
         // Boxed, as in the lifecycle's `retried`.
         if let Some(outcome) = retrying.run(Box::pin(attempt)).await {
             break outcome?;
         }
     }
     forget(&exec);
-    tracing::info!(task_type, ?limits, "task type limits set");
     crate::executor::notify::task_due(&mut exec).await?;
     Ok(())
 }
@@ -282,6 +329,22 @@ pub(crate) async fn clear<C: DedupConnection + ?Sized>(
     task_type: &str,
 ) -> Result<bool, DedupError> {
     task_type_arg(task_type)?;
+    remove(db, task_type).await
+}
+
+/// Removes the limit across all types; whether there was one.
+pub(crate) async fn clear_user_limit<C: DedupConnection + ?Sized>(
+    db: &C,
+) -> Result<bool, DedupError> {
+    remove(db, ALL_TYPES).await
+}
+
+/// Removes the row of `task_type` (checked); whether there was one. Wakes the workers
+/// when there was.
+async fn remove<C: DedupConnection + ?Sized>(
+    db: &C,
+    task_type: &str,
+) -> Result<bool, DedupError> {
     let mut exec = Executor::on(db)?;
     let mut retrying = Retrying::new(db, None, "clear_limits");
     let cleared = loop {
@@ -292,10 +355,24 @@ pub(crate) async fn clear<C: DedupConnection + ?Sized>(
     };
     forget(&exec);
     if cleared {
-        tracing::info!(task_type, "task type limits cleared");
+        tracing::info!(task_type, "limits cleared (the empty type: across all types)");
         crate::executor::notify::task_due(&mut exec).await?;
     }
     Ok(cleared)
+}
+
+/// Every stored row of limits, read through the retry driver.
+async fn rows<C: DedupConnection + ?Sized>(
+    db: &C,
+    exec: &mut Executor<'_>,
+) -> Result<Vec<ListedLimit>, DedupError> {
+    let mut retrying = Retrying::new(db, None, "limits");
+    loop {
+        let attempt = async { Ok::<_, DedupError>(exec.list_limits().await?) };
+        if let Some(outcome) = retrying.run(Box::pin(attempt)).await {
+            return outcome;
+        }
+    }
 }
 
 /// Every limited type, by name.
@@ -303,15 +380,10 @@ pub(crate) async fn list<C: DedupConnection + ?Sized>(
     db: &C,
 ) -> Result<Vec<LimitedType>, DedupError> {
     let mut exec = Executor::on(db)?;
-    let mut retrying = Retrying::new(db, None, "limits");
-    let listed = loop {
-        let attempt = async { Ok::<_, DedupError>(exec.list_limits().await?) };
-        if let Some(outcome) = retrying.run(Box::pin(attempt)).await {
-            break outcome?;
-        }
-    };
-    Ok(listed
+    Ok(rows(db, &mut exec)
+        .await?
         .into_iter()
+        .filter(|listed| listed.task_type != ALL_TYPES)
         .map(|listed| LimitedType {
             limits: TypeLimits::of(&listed.limits),
             running: u64::try_from(listed.running).unwrap_or(0),
@@ -322,6 +394,45 @@ pub(crate) async fn list<C: DedupConnection + ?Sized>(
             updated_at: listed.updated_at,
         })
         .collect())
+}
+
+/// The limit across all types, with each user's running tasks now; `None` when none
+/// is set.
+pub(crate) async fn user_limit<C: DedupConnection + ?Sized>(
+    db: &C,
+) -> Result<Option<UserLimit>, DedupError> {
+    let mut exec = Executor::on(db)?;
+    let Some(row) = rows(db, &mut exec)
+        .await?
+        .into_iter()
+        .find(|listed| listed.task_type == ALL_TYPES)
+    else {
+        return Ok(None);
+    };
+    let Some(max_running) = TypeLimits::of(&row.limits).max_running_per_user else {
+        return Ok(None);
+    };
+    let mut retrying = Retrying::new(db, None, "user_limit");
+    let users = loop {
+        let attempt = async { Ok::<_, DedupError>(exec.running_users().await?) };
+        if let Some(outcome) = retrying.run(Box::pin(attempt)).await {
+            break outcome?;
+        }
+    };
+    let mut running: HashMap<String, u64> = HashMap::new();
+    for user in users {
+        *running.entry(user).or_default() += 1;
+    }
+    Ok(Some(UserLimit {
+        max_running,
+        users_running: running.len() as u64,
+        users_at_limit: running
+            .values()
+            .filter(|n| **n >= u64::from(max_running))
+            .count() as u64,
+        busiest: running.values().copied().max().unwrap_or(0),
+        updated_at: row.updated_at,
+    }))
 }
 
 #[cfg(test)]
