@@ -746,9 +746,52 @@ async fn limits_are_shown_set_and_cleared(db: &TestDb) {
     assert!(page.flash().0.contains("cleared"));
     assert!(db.db.limits().await.expect("limits").is_empty());
 
+    // The limit per user across all types: its own form and clear button.
+    assert!(page.all("#user-limit").is_empty());
+    let page = browser
+        .act(
+            &format!("{PREFIX}/limits"),
+            &[("user_max_running", "2"), ("limits_action", "set-user")],
+        )
+        .await;
+    assert!(page.flash().0.contains("Limit per user"), "{}", page.body);
+    let stored = db.db.user_limit().await.expect("read").expect("set");
+    assert_eq!((stored.max_running, stored.users_running), (2, 1));
+    assert_eq!(page.text("#user-limit span[data-limit=user-max]"), "2");
+    assert_eq!(page.text("#user-limit span[data-limit=users-running]"), "1");
+    assert_eq!(
+        page.text("#user-limit span[data-limit=users-at-limit]"),
+        "0"
+    );
+    let token = browser.csrf_token().await;
+    for value in ["0", "", "two"] {
+        let page = browser
+            .post(
+                &format!("{PREFIX}/limits"),
+                &[
+                    ("csrf_token", &token),
+                    ("user_max_running", value),
+                    ("limits_action", "set-user"),
+                ],
+            )
+            .await;
+        assert_eq!(page.status, StatusCode::BAD_REQUEST, "{value:?}");
+    }
+    assert_eq!(db.db.user_limit().await.expect("read"), Some(stored));
+    let page = browser
+        .act(
+            &format!("{PREFIX}/limits"),
+            &[("limits_action", "clear-user")],
+        )
+        .await;
+    assert!(page.flash().0.contains("cleared"), "{}", page.body);
+    assert_eq!(db.db.user_limit().await.expect("read"), None);
+    assert!(page.all("#user-limit").is_empty());
+
     let mut reader = Browser::new(app(db, true));
     let page = reader.get(PREFIX).await;
     assert!(page.all("#set-limits").is_empty());
+    assert!(page.all("#set-user-limit").is_empty());
     let page = reader
         .post(&format!("{PREFIX}/limits"), &[("task_type", "export")])
         .await;

@@ -716,11 +716,11 @@ async fn racing_claimers_never_exceed_the_user_limit(db: &TestDb) {
     assert!(race(db, 8, &["mail"], 4).await.is_empty());
     assert!(race(db, 8, &["sync", "export"], 4).await.is_empty());
     // One of heavy's ends: one more of heavy's starts, whoever asks.
-    let ended = first.iter().find(|t| t.user_id == "heavy").expect("heavy's");
-    db.db
-        .complete(ended.id, "w", None)
-        .await
-        .expect("complete");
+    let ended = first
+        .iter()
+        .find(|t| t.user_id == "heavy")
+        .expect("heavy's");
+    db.db.complete(ended.id, "w", None).await.expect("complete");
     let again = race(db, 8, &[], 4).await;
     assert_eq!(again.len(), 1, "{again:?}");
     assert_eq!(again[0].user_id, "heavy");
@@ -781,7 +781,11 @@ async fn the_user_limit_is_set_listed_cleared_and_checked(db: &TestDb) {
             "{err:?}"
         );
     }
-    assert_eq!(db.db.user_limit().await.expect("read"), None, "nothing written");
+    assert_eq!(
+        db.db.user_limit().await.expect("read"),
+        None,
+        "nothing written"
+    );
     db.db.set_user_limit(2).await.expect("set");
     for (user, n) in [("a", 3), ("b", 1)] {
         for i in 0..n {
@@ -791,13 +795,21 @@ async fn the_user_limit_is_set_listed_cleared_and_checked(db: &TestDb) {
     claimed(&db.db, &[], 10).await;
     let read = db.db.user_limit().await.expect("read").expect("set");
     assert_eq!(
-        (read.max_running, read.users_running, read.users_at_limit, read.busiest),
+        (
+            read.max_running,
+            read.users_running,
+            read.users_at_limit,
+            read.busiest
+        ),
         (2, 2, 1, 2)
     );
     assert!(db.db.limits().await.expect("limits").is_empty());
     db.db.set_user_limit(1).await.expect("lower");
     let read = db.db.user_limit().await.expect("read").expect("set");
-    assert_eq!((read.max_running, read.users_at_limit, read.busiest), (1, 2, 2));
+    assert_eq!(
+        (read.max_running, read.users_at_limit, read.busiest),
+        (1, 2, 2)
+    );
     assert!(db.db.clear_user_limit().await.expect("clear"));
     assert!(!db.db.clear_user_limit().await.expect("clear again"));
     assert_eq!(db.db.user_limit().await.expect("read"), None);
@@ -830,14 +842,23 @@ async fn workers_in_two_processes_stay_within_the_user_limit(db: &TestDb) {
         if rows.iter().all(|t| t.status == TaskStatus::Succeeded) {
             break;
         }
-        assert!(Instant::now() < deadline, "the workers never drained: {rows:?}");
+        assert!(
+            Instant::now() < deadline,
+            "the workers never drained: {rows:?}"
+        );
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    assert!(most_seen <= 2, "the monitor saw a user with {most_seen} running");
+    assert!(
+        most_seen <= 2,
+        "the monitor saw a user with {most_seen} running"
+    );
     let rows = common::rows::all(&db.db).await;
     let mut per_user: HashMap<&str, Vec<&task_run::Model>> = HashMap::new();
     for task in &rows {
-        per_user.entry(task.user_id.as_str()).or_default().push(task);
+        per_user
+            .entry(task.user_id.as_str())
+            .or_default()
+            .push(task);
     }
     for (user, tasks) in per_user {
         assert_eq!(most_at_once(tasks.into_iter()), 2, "{user}");

@@ -1,5 +1,7 @@
 //! `limits list`, `limits set TYPE ...`, `limits clear TYPE`: the limits per task type
-//! (`TaskAdmin::set_limits`), which every worker of every process enforces.
+//! (`TaskAdmin::set_limits`); `limits set-user N`, `limits clear-user`: the limit per
+//! user across all types (`TaskAdmin::set_user_limit`). Every worker of every process
+//! enforces them.
 
 use std::time::Duration;
 
@@ -7,7 +9,7 @@ use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
 use sea_orm::DatabaseConnection;
 use serde::Serialize;
-use task_dedup::{LimitedType, TaskAdmin, TypeLimits};
+use task_dedup::{LimitedType, TaskAdmin, TypeLimits, UserLimit};
 
 use crate::failure::Failure;
 use crate::output::{Human, emit, table, time};
@@ -24,6 +26,15 @@ pub(crate) enum LimitsCommand {
         /// The task type.
         task_type: String,
     },
+    /// Set the limit per user across all types: at most N tasks of one user running at
+    /// once, whatever their types.
+    SetUser {
+        /// At most this many of one user's tasks running at once.
+        #[arg(value_name = "N")]
+        max_running: u32,
+    },
+    /// Remove the limit per user across all types.
+    ClearUser,
 }
 
 #[derive(Debug, Args)]
@@ -49,7 +60,8 @@ impl LimitsCommand {
         match self {
             LimitsCommand::List => {
                 let limits = db.limits().await?.into_iter().map(Limit::from).collect();
-                emit(&LimitList { limits }, json)
+                let user_limit = db.user_limit().await?.map(UserLimitView::from);
+                emit(&LimitList { limits, user_limit }, json)
             }
             LimitsCommand::Set(args) => {
                 let mut limits = TypeLimits::new();
@@ -77,6 +89,15 @@ impl LimitsCommand {
             LimitsCommand::Clear { task_type } => {
                 let cleared = db.clear_limits(&task_type).await?;
                 emit(&Cleared { task_type, cleared }, json)
+            }
+            LimitsCommand::SetUser { max_running } => {
+                db.set_user_limit(max_running).await?;
+                let set = db.user_limit().await?.map(UserLimitView::from);
+                emit(&UserLimitSet { set }, json)
+            }
+            LimitsCommand::ClearUser => {
+                let cleared = db.clear_user_limit().await?;
+                emit(&UserLimitCleared { cleared }, json)
             }
         }
     }
@@ -155,21 +176,92 @@ impl Limit {
     }
 }
 
-/// `limits list`: `{"limits": [Limit]}`.
+/// The limit per user across all types: `{"max_running", "users_running",
+/// "users_at_limit", "busiest", "updated_at"}`.
+#[derive(Serialize)]
+struct UserLimitView {
+    max_running: u32,
+    users_running: u64,
+    users_at_limit: u64,
+    busiest: u64,
+    updated_at: DateTime<Utc>,
+}
+
+impl From<UserLimit> for UserLimitView {
+    fn from(limit: UserLimit) -> UserLimitView {
+        UserLimitView {
+            max_running: limit.max_running,
+            users_running: limit.users_running,
+            users_at_limit: limit.users_at_limit,
+            busiest: limit.busiest,
+            updated_at: limit.updated_at,
+        }
+    }
+}
+
+impl UserLimitView {
+    fn line(&self) -> String {
+        format!(
+            "at most {} running per user across all types: {} users running, {} at the limit, \
+             busiest {} (set at {})\n",
+            self.max_running,
+            self.users_running,
+            self.users_at_limit,
+            self.busiest,
+            time(self.updated_at)
+        )
+    }
+}
+
+/// `limits list`: `{"limits": [Limit], "user_limit": UserLimitView | null}`.
 #[derive(Serialize)]
 struct LimitList {
     limits: Vec<Limit>,
+    user_limit: Option<UserLimitView>,
 }
 
 impl Human for LimitList {
     fn human(&self) -> String {
+        let user = self.user_limit.as_ref().map(UserLimitView::line);
         if self.limits.is_empty() {
-            return "no task type is limited\n".to_owned();
+            return user.unwrap_or_default() + "no task type is limited\n";
         }
-        table(
-            ["TYPE", "RUNNING", "PER USER", "RATE", "FAIR", "SET AT"],
-            self.limits.iter().map(Limit::row),
-        )
+        user.unwrap_or_default()
+            + &table(
+                ["TYPE", "RUNNING", "PER USER", "RATE", "FAIR", "SET AT"],
+                self.limits.iter().map(Limit::row),
+            )
+    }
+}
+
+/// `limits set-user`: `{"set": UserLimitView}`, as stored.
+#[derive(Serialize)]
+struct UserLimitSet {
+    set: Option<UserLimitView>,
+}
+
+impl Human for UserLimitSet {
+    fn human(&self) -> String {
+        match &self.set {
+            Some(limit) => limit.line(),
+            None => "set, and cleared since\n".to_owned(),
+        }
+    }
+}
+
+/// `limits clear-user`: `{"cleared"}` (false when none was set).
+#[derive(Serialize)]
+struct UserLimitCleared {
+    cleared: bool,
+}
+
+impl Human for UserLimitCleared {
+    fn human(&self) -> String {
+        if self.cleared {
+            "cleared the limit per user across all types\n".to_owned()
+        } else {
+            "no limit per user across all types was set\n".to_owned()
+        }
     }
 }
 

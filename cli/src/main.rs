@@ -5,6 +5,7 @@
 //! task-dedup tasks retry --status failed --limit 100       #   delete, stats
 //! task-dedup pause export                                  # resume, paused
 //! task-dedup limits set export --max-running 2 --per-user 1  # list, clear
+//! task-dedup limits set-user 3                             # clear-user: across types
 //! task-dedup prune --failed 30d
 //! task-dedup migrate up                                    # as task-dedup-migrate
 //! ```

@@ -670,4 +670,30 @@ async fn limits_set_list_and_clear(db: &TestDb) {
         "export had no limits\n"
     );
     assert!(db.db.limits().await.unwrap().is_empty());
+
+    // The limit per user across all types.
+    let set = json(db, &["limits", "set-user", "3"]);
+    assert_eq!(set["set"]["max_running"], 3);
+    assert_eq!(set["set"]["users_running"], 1);
+    assert_eq!(
+        db.db.user_limit().await.unwrap().map(|l| l.max_running),
+        Some(3)
+    );
+    let text = ok(db, &["limits", "list"]);
+    assert!(
+        text.starts_with("at most 3 running per user across all types: 1 users running"),
+        "{text}"
+    );
+    assert_eq!(json(db, &["limits", "list"])["user_limit"]["busiest"], 1);
+    refused(&["-u", url, "limits", "set-user", "0"], 2);
+    refused(&["-u", url, "limits", "set-user"], 2);
+    assert_eq!(
+        json(db, &["limits", "clear-user"]),
+        serde_json::json!({"cleared": true})
+    );
+    assert_eq!(
+        ok(db, &["limits", "clear-user"]),
+        "no limit per user across all types was set\n"
+    );
+    assert_eq!(db.db.user_limit().await.unwrap(), None);
 }

@@ -1,5 +1,6 @@
 //! The actions: `POST /tasks/{id}/{retry|cancel|delete}`,
-//! `POST /types/{type}/{pause|resume}` and `POST /limits` (set or clear a type's limits). Each is refused (403) in read-only mode and
+//! `POST /types/{type}/{pause|resume}` and `POST /limits` (set or clear a type's limits,
+//! or the limit per user across all types). Each is refused (403) in read-only mode and
 //! without a valid CSRF token, before anything else is looked at; a success answers
 //! `303 See Other` to the page that shows its outcome.
 
@@ -33,7 +34,10 @@ struct Form {
     rate_starts: Option<String>,
     rate_per_seconds: Option<String>,
     fair: Option<String>,
-    /// `clear` to remove the type's limits, else set.
+    /// The limit per user across all types (`limits_action=set-user`).
+    user_max_running: Option<String>,
+    /// `clear` to remove the type's limits, `set-user`/`clear-user` for the limit per
+    /// user across all types, else set the type's.
     limits_action: Option<String>,
 }
 
@@ -117,15 +121,25 @@ pub(crate) async fn limits(ctx: Ctx, body: Bytes) -> Response {
         let form = allowed(&ctx, &body)?;
         let task_type = form.task_type.as_deref().map(str::trim).unwrap_or_default();
         let db = &ctx.app.db;
-        let flash = if form.limits_action.as_deref() == Some("clear") {
-            if db.clear_limits(task_type).await? {
-                "limits-cleared"
-            } else {
-                "no-limits"
+        let flash = match form.limits_action.as_deref() {
+            Some("clear") => match db.clear_limits(task_type).await? {
+                true => "limits-cleared",
+                false => "no-limits",
+            },
+            Some("set-user") => {
+                let n = number("user_max_running", &form.user_max_running)?
+                    .ok_or_else(|| Error::BadRequest("user_max_running: required".to_owned()))?;
+                db.set_user_limit(n).await?;
+                "user-limited"
             }
-        } else {
-            db.set_limits(task_type, &limits_of(&form)?).await?;
-            "limited"
+            Some("clear-user") => match db.clear_user_limit().await? {
+                true => "user-limit-cleared",
+                false => "no-user-limit",
+            },
+            _ => {
+                db.set_limits(task_type, &limits_of(&form)?).await?;
+                "limited"
+            }
         };
         Ok(ctx.see_other(&format!(
             "{}?{}",
@@ -136,20 +150,20 @@ pub(crate) async fn limits(ctx: Ctx, body: Bytes) -> Response {
     ctx.respond(outcome.await)
 }
 
+/// A whole number field of the limits forms (empty: not set); the library checks its
+/// range.
+fn number<T: std::str::FromStr>(name: &str, field: &Option<String>) -> Result<Option<T>, Error> {
+    match field.as_deref().map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(text) => text
+            .parse()
+            .map(Some)
+            .map_err(|_| Error::BadRequest(format!("{name}: not a whole number: {text:?}"))),
+    }
+}
+
 /// The limits the form sets; the library checks their ranges.
 fn limits_of(form: &Form) -> Result<TypeLimits, Error> {
-    fn number<T: std::str::FromStr>(
-        name: &str,
-        field: &Option<String>,
-    ) -> Result<Option<T>, Error> {
-        match field.as_deref().map(str::trim) {
-            None | Some("") => Ok(None),
-            Some(text) => text
-                .parse()
-                .map(Some)
-                .map_err(|_| Error::BadRequest(format!("{name}: not a whole number: {text:?}"))),
-        }
-    }
     let mut limits = TypeLimits::new();
     if let Some(n) = number("max_running", &form.max_running)? {
         limits = limits.max_running(n);

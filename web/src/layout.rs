@@ -52,6 +52,11 @@ impl Flash {
             "limited" => "Limits set: every worker enforces them from its next claim on.",
             "limits-cleared" => "Limits cleared.",
             "no-limits" => "That task type had no limits.",
+            "user-limited" => {
+                "Limit per user across all types set: every worker enforces it from its next claim on."
+            }
+            "user-limit-cleared" => "Limit per user across all types cleared.",
+            "no-user-limit" => "No limit per user across all types was set.",
             _ => return None,
         };
         Some(Flash {

@@ -11,7 +11,7 @@ use maud::{Markup, html};
 use serde::Deserialize;
 use task_dedup::{
     DEFAULT_COUNT_LIMIT, LimitedType, MinuteCounts, OldestQueued, TaskAdmin, TaskStatus,
-    TaskWorker, Throughput,
+    TaskWorker, Throughput, UserLimit,
 };
 
 use crate::context::Ctx;
@@ -61,6 +61,7 @@ async fn overview(ctx: &Ctx, flash: Option<Flash>) -> Result<Response, Error> {
     let oldest = db.oldest_queued().await?;
     let paused = db.paused().await?;
     let limits = db.limits().await?;
+    let user_limit = db.user_limit().await?;
 
     let mut types: BTreeMap<&str, TypeRow<'_>> = BTreeMap::new();
     for count in &counts {
@@ -140,7 +141,7 @@ async fn overview(ctx: &Ctx, flash: Option<Flash>) -> Result<Response, Error> {
                 }
             }
         }
-        (limits_section(ctx, &limits))
+        (limits_section(ctx, &limits, user_limit.as_ref()))
     };
     Ok(ctx.html(
         StatusCode::OK,
@@ -191,13 +192,28 @@ fn type_row(ctx: &Ctx, task_type: &str, row: &TypeRow<'_>) -> Markup {
     }
 }
 
-/// The limited types: their limits, the running tasks against them (the slots in use),
-/// the starts in the rate's window; a clear button each and a form that sets a type's.
-fn limits_section(ctx: &Ctx, limits: &[LimitedType]) -> Markup {
+/// The limit per user across all types (with the users at it now) and the limited
+/// types: their limits, the running tasks against them (the slots in use), the starts
+/// in the rate's window; a clear button each and forms that set them.
+fn limits_section(ctx: &Ctx, limits: &[LimitedType], user_limit: Option<&UserLimit>) -> Markup {
     let count = |n: Option<u32>| n.map_or_else(|| "—".to_owned(), |n| format::count(u64::from(n)));
     html! {
         section #limits-section {
             h2 { "Limits" }
+            @if let Some(limit) = user_limit {
+                p #user-limit {
+                    "At most " span data-limit="user-max" { (format::count(u64::from(limit.max_running))) }
+                    " running per user across all types: "
+                    span data-limit="users-running" { (format::count(limit.users_running)) } " users running, "
+                    span data-limit="users-at-limit" { (format::count(limit.users_at_limit)) } " at the limit."
+                }
+                @if !ctx.app.read_only {
+                    form #clear-user-limit method="post" action=(ctx.url("/limits")) {
+                        (csrf_field(ctx))
+                        button type="submit" name="limits_action" value="clear-user" data-action="clear-user-limit" { "Clear the limit per user" }
+                    }
+                }
+            }
             @if limits.is_empty() {
                 p.empty { "No type is limited." }
             } @else {
@@ -252,6 +268,11 @@ fn limits_section(ctx: &Ctx, limits: &[LimitedType]) -> Markup {
                     label { "per seconds " input type="number" name="rate_per_seconds" min="1"; }
                     label { input type="checkbox" name="fair" value="on"; " users in turn" }
                     button type="submit" name="limits_action" value="set" data-action="set-limits" { "Set limits" }
+                }
+                form #set-user-limit method="post" action=(ctx.url("/limits")) {
+                    (csrf_field(ctx))
+                    label { "Per user, all types, at most " input type="number" name="user_max_running" min="1" required; }
+                    button type="submit" name="limits_action" value="set-user" data-action="set-user-limit" { "Set" }
                 }
             }
         }

@@ -100,8 +100,15 @@ pub(super) async fn claim_many<C: DedupConnection>(
             claimed.extend(match part {
                 None => {
                     let rest = if across {
-                        limited::claim_rest(db, &mut exec, worker_id, task_types, lease_micros, room)
-                            .await?
+                        limited::claim_rest(
+                            db,
+                            &mut exec,
+                            worker_id,
+                            task_types,
+                            lease_micros,
+                            room,
+                        )
+                        .await?
                     } else {
                         None
                     };
@@ -122,8 +129,16 @@ pub(super) async fn claim_many<C: DedupConnection>(
                     tasks
                 }
                 Some(task_type) => {
-                    limited::claim(db, &mut exec, worker_id, task_type, lease_micros, room, across)
-                        .await?
+                    limited::claim(
+                        db,
+                        &mut exec,
+                        worker_id,
+                        task_type,
+                        lease_micros,
+                        room,
+                        across,
+                    )
+                    .await?
                 }
             });
         }

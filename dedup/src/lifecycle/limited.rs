@@ -22,8 +22,8 @@ use std::time::Duration;
 
 use crate::connect::retry::Retrying;
 use crate::dialect::Failure;
-use crate::executor::Executor;
 use crate::dialect::limits::ALL_TYPES;
+use crate::executor::Executor;
 use crate::executor::limits::{Candidate, LimitRow};
 use crate::maintenance::limits::window;
 use crate::values::connection::DedupConnection;
@@ -356,7 +356,9 @@ async fn start_rest(
         return Ok(Some(Vec::new()));
     }
     let slots = vec![None; ids.len()];
-    Ok(Some(txn.claim_ids(worker_id, lease_micros, &ids, &slots).await?))
+    Ok(Some(
+        txn.claim_ids(worker_id, lease_micros, &ids, &slots).await?,
+    ))
 }
 
 /// A limit on each user's running tasks (of one type, or across all types) and what
@@ -430,7 +432,11 @@ fn pick<'c>(
         if !candidate.concurrent && !keys.insert((user, candidate.resource_key.as_str())) {
             continue;
         }
-        if !limits.iter().flat_map(|l| l.as_ref()).all(|l| l.allows(user)) {
+        if !limits
+            .iter()
+            .flat_map(|l| l.as_ref())
+            .all(|l| l.allows(user))
+        {
             continue;
         }
         for limit in limits.iter_mut().flat_map(|l| l.as_mut()) {

@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 
 use crate::connect::retry::Retrying;
+use crate::dialect::limits::ALL_TYPES;
 use crate::dialect::{Dialect, Failure};
 use crate::executor::Executor;
-use crate::dialect::limits::ALL_TYPES;
 use crate::executor::limits::{LimitRow, ListedLimit};
 use crate::values::connection::DedupConnection;
 use crate::values::error::DedupError;
@@ -341,10 +341,7 @@ pub(crate) async fn clear_user_limit<C: DedupConnection + ?Sized>(
 
 /// Removes the row of `task_type` (checked); whether there was one. Wakes the workers
 /// when there was.
-async fn remove<C: DedupConnection + ?Sized>(
-    db: &C,
-    task_type: &str,
-) -> Result<bool, DedupError> {
+async fn remove<C: DedupConnection + ?Sized>(db: &C, task_type: &str) -> Result<bool, DedupError> {
     let mut exec = Executor::on(db)?;
     let mut retrying = Retrying::new(db, None, "clear_limits");
     let cleared = loop {
@@ -355,7 +352,10 @@ async fn remove<C: DedupConnection + ?Sized>(
     };
     forget(&exec);
     if cleared {
-        tracing::info!(task_type, "limits cleared (the empty type: across all types)");
+        tracing::info!(
+            task_type,
+            "limits cleared (the empty type: across all types)"
+        );
         crate::executor::notify::task_due(&mut exec).await?;
     }
     Ok(cleared)
