@@ -242,6 +242,16 @@ pub async fn prepare_schema(args: &Args) -> Result<(), String> {
             .await
             .map_err(|e| e.to_string())?;
     }
+    // A limit per user across all types, high enough not to bind: what it costs a drain
+    // (every claim under its lock; BENCHMARKS.md "A limit per user across all types").
+    if let Ok(limit) = std::env::var("BENCH_USER_LIMIT") {
+        let limit = limit
+            .parse::<u32>()
+            .map_err(|e| format!("BENCH_USER_LIMIT: {e}"))?;
+        task_dedup::TaskAdmin::set_user_limit(&db, limit)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
     if !args.strategy.uses_unique_index() {
         let drop = match db.get_database_backend() {
             DbBackend::MySql => "ALTER TABLE task_run DROP INDEX task_active_resource_uidx",

@@ -12,7 +12,7 @@
 //! | `task_dedup_reaped_total{outcome}` | counter | expired leases: `requeued`, `failed` |
 //! | `task_dedup_pruned_total{status}` | counter | finished tasks the pruner deleted: `succeeded`, `failed`, `cancelled` |
 //! | `task_dedup_pause_changes_total{action}` | counter | task types paused or resumed (`pause`, `resume`), counted when the call changed something |
-//! | `task_dedup_limit_waits_total{limit}` | counter | claims of a limited type that left due tasks queued for a limit: `max_running`, `max_running_per_user`, `rate` |
+//! | `task_dedup_limit_waits_total{limit}` | counter | claims of a limited type that left due tasks queued for a limit: `max_running`, `max_running_per_user`, `rate`, `user_limit` (across all types) |
 //! | `task_dedup_timed_out_total` | counter | a `Worker`'s attempts that ran out of their timeout (also counted as `retried` or `failed`) |
 //! | `task_dedup_lost_total` | counter | a `Worker`'s tasks taken away while they ran, or whose end it could not record |
 //! | `task_dedup_listener_unheard_total` | counter | a `Worker`'s checks that its PostgreSQL listener hears notifications, gone unheard (a transaction pooler between them): it polls instead |
