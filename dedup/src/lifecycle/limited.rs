@@ -12,6 +12,12 @@
 //! counter drifts when a worker dies (its tasks stop counting once the reaper requeues
 //! them).
 //!
+//! A limit per user across all types (the row of the empty type, `ALL_TYPES`) is locked
+//! with the type's row in the same statement, and its count of every user's running
+//! tasks applies beside the type's own; while it is set, the types without limits of
+//! their own are claimed under its lock too ([`claim_rest`]), and the claims without a
+//! lock start nothing (their statements check for the row).
+//!
 //! Which types are limited is read once a second per database and process
 //! ([`limited_types`](crate::maintenance::limits::limited_types)); a limit set meanwhile is enforced at once all the same (the
 //! other claims read the table in their own statements), and its tasks wait until this
