@@ -35,6 +35,7 @@ matrix!(
     workers_in_two_processes_stay_within_the_limits,
     fair_claims_take_users_in_turn,
     racing_claimers_never_exceed_the_user_limit,
+    one_resource_key_in_several_types_is_several_keys_under_the_user_limit,
     a_user_limit_set_elsewhere_holds_at_once,
     the_user_limit_is_set_listed_cleared_and_checked,
     workers_in_two_processes_stay_within_the_user_limit,
@@ -731,6 +732,24 @@ async fn racing_claimers_never_exceed_the_user_limit(db: &TestDb) {
     assert_eq!(raised.len(), 4, "{raised:?}");
     let four = HashMap::from([("heavy".to_owned(), 4), ("light".to_owned(), 4)]);
     assert_eq!(running_per_user(&db.db).await, four);
+}
+
+/// A key is the user, the type and the resource key: under a limit across all types,
+/// one user's tasks of three types on the same resource key are three keys, and the
+/// claim of the types without limits of their own starts as many as the limit allows,
+/// not one. (With the type left out of the claim's one-run-per-key check, it started 1
+/// of acme's 3: checked.)
+async fn one_resource_key_in_several_types_is_several_keys_under_the_user_limit(db: &TestDb) {
+    db.migrate().await;
+    db.db.set_user_limit(2).await.expect("set");
+    for task_type in ["export", "sync", "mail"] {
+        enqueue(&db.db, "acme", task_type, "all").await;
+    }
+    enqueue(&db.db, "globex", "mail", "all").await;
+    let started = claimed(&db.db, &[], 10).await;
+    assert_eq!(started.len(), 3, "{started:?}");
+    let expected = HashMap::from([("acme".to_owned(), 2), ("globex".to_owned(), 1)]);
+    assert_eq!(running_per_user(&db.db).await, expected);
 }
 
 /// A limit across all types stored while this process still trusts its list of limited

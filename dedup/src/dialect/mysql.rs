@@ -501,7 +501,7 @@ pub(crate) const LIMITS: Limits = Limits {
     slot_claim: None,
     candidates: |excluded| {
         let mut sql = String::from(concat!(
-            "SELECT id, user_id, resource_key, concurrent FROM task_run t ",
+            "SELECT id, user_id, task_type, resource_key, concurrent FROM task_run t ",
             due_of_any_limit!(),
             "AND task_type = ? AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
              WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
@@ -515,7 +515,7 @@ pub(crate) const LIMITS: Limits = Limits {
     },
     rest_candidates: |types, excluded| {
         let mut sql = String::from(concat!(
-            "SELECT id, user_id, resource_key, concurrent FROM task_run t ",
+            "SELECT id, user_id, task_type, resource_key, concurrent FROM task_run t ",
             due_of_any_limit!(),
             type_unlimited!(),
             "AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
@@ -542,7 +542,7 @@ pub(crate) const LIMITS: Limits = Limits {
                  walk.n + 1 FROM walk WHERE walk.user_id IS NOT NULL AND walk.n < ?) \
                  SELECT user_id FROM walk WHERE user_id IS NOT NULL",
     fair_heads: concat!(
-        "SELECT id, user_id, resource_key, concurrent FROM task_run t ",
+        "SELECT id, user_id, task_type, resource_key, concurrent FROM task_run t ",
         due_of_any_limit!(),
         "AND task_type = ? AND user_id = ? \
          AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \

@@ -669,7 +669,7 @@ pub(crate) const LIMITS: Limits = Limits {
     )),
     candidates: |_| {
         Cow::Borrowed(concat!(
-            "SELECT id, user_id, resource_key, concurrent ",
+            "SELECT id, user_id, task_type, resource_key, concurrent ",
             due_of_any_limit!(),
             "AND task_type = $1 AND NOT (user_id = ANY($2)) \
              AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
@@ -682,7 +682,7 @@ pub(crate) const LIMITS: Limits = Limits {
     },
     rest_candidates: |_, _| {
         Cow::Borrowed(concat!(
-            "SELECT id, user_id, resource_key, concurrent ",
+            "SELECT id, user_id, task_type, resource_key, concurrent ",
             due_of_any_limit!(),
             type_unlimited!(),
             "AND (cardinality($1::varchar[]) = 0 OR task_type = ANY($1)) \
@@ -706,7 +706,7 @@ pub(crate) const LIMITS: Limits = Limits {
                  walk.n + 1 FROM walk WHERE walk.user_id IS NOT NULL AND walk.n < $3) \
                  SELECT user_id FROM walk WHERE user_id IS NOT NULL",
     fair_heads: concat!(
-        "SELECT id, user_id, resource_key, concurrent ",
+        "SELECT id, user_id, task_type, resource_key, concurrent ",
         due_of_any_limit!(),
         "AND task_type = $1 AND user_id = $2 \
          AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \

@@ -542,7 +542,7 @@ pub(crate) const LIMITS: Limits = Limits {
     )),
     candidates: |_| {
         Cow::Borrowed(concat!(
-            "SELECT id, user_id, resource_key, concurrent FROM ",
+            "SELECT id, user_id, task_type, resource_key, concurrent FROM ",
             due_of_any_limit!(),
             "AND task_type = ? AND user_id NOT IN (SELECT value FROM json_each(?)) \
              AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
@@ -554,7 +554,7 @@ pub(crate) const LIMITS: Limits = Limits {
     },
     rest_candidates: |_, _| {
         Cow::Borrowed(concat!(
-            "SELECT id, user_id, resource_key, concurrent FROM ",
+            "SELECT id, user_id, task_type, resource_key, concurrent FROM ",
             due_of_any_limit!(),
             type_unlimited!(),
             "AND (json_array_length(?1) = 0 OR task_type IN (SELECT value FROM json_each(?1))) \
@@ -575,7 +575,7 @@ pub(crate) const LIMITS: Limits = Limits {
                  walk.n + 1 FROM walk WHERE walk.user_id IS NOT NULL AND walk.n < ?) \
                  SELECT user_id FROM walk WHERE user_id IS NOT NULL",
     fair_heads: concat!(
-        "SELECT id, user_id, resource_key, concurrent FROM ",
+        "SELECT id, user_id, task_type, resource_key, concurrent FROM ",
         due_of_any_limit!(),
         "AND task_type = ? AND user_id = ? \
          AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \

@@ -65,6 +65,9 @@ pub(crate) struct ListedLimit {
 pub(crate) struct Candidate {
     pub id: Uuid,
     pub user_id: String,
+    /// With the user and the resource key, the task's key: one run each (a claim of
+    /// the types without limits of their own reads several types at once).
+    pub task_type: String,
     pub resource_key: String,
     pub concurrent: bool,
 }
@@ -362,6 +365,7 @@ fn candidates(rows: &[QueryResult]) -> Result<Vec<Candidate>, Failure> {
             Ok(Candidate {
                 id: row.try_get("", "id")?,
                 user_id: row.try_get("", "user_id")?,
+                task_type: row.try_get("", "task_type")?,
                 resource_key: row.try_get("", "resource_key")?,
                 concurrent: row.try_get("", "concurrent")?,
             })

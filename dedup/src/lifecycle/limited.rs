@@ -435,7 +435,12 @@ fn pick<'c>(
             break;
         }
         let user = candidate.user_id.as_str();
-        if !candidate.concurrent && !keys.insert((user, candidate.resource_key.as_str())) {
+        let key = (
+            user,
+            candidate.task_type.as_str(),
+            candidate.resource_key.as_str(),
+        );
+        if !candidate.concurrent && !keys.insert(key) {
             continue;
         }
         if !limits
