@@ -51,7 +51,7 @@ pub(crate) struct Limits {
     /// other limits, or while one of its running tasks holds no slot below the limit
     /// (started before the limit, or before it was lowered): the locked claim counts
     /// those. Parameters: worker_id, lease, the type, how many.
-    pub slot_claim: Option<&'static str>,
+    pub slot_claim: Option<fn(i64) -> &'static str>,
     /// The first try of a type whose only limit is `max_running` (PostgreSQL; `None`
     /// elsewhere): as [`slot_claim`](Self::slot_claim), with the slots of a random
     /// range that no running task holds (a few ranges are probed in
@@ -59,7 +59,7 @@ pub(crate) struct Limits {
     /// cost of a claim without limits while the limit is far from reached. Starts
     /// nothing when no range it tried was free: then `slot_claim` runs. Same
     /// parameters.
-    pub window_claim: Option<&'static str>,
+    pub window_claim: Option<fn(i64) -> &'static str>,
     /// MySQL/MariaDB's first try for a type whose only limit is `max_running` (`None`
     /// elsewhere): the limit `m` and each running task's `slot` (`NULL`: none), one row
     /// per running task, or one with `status` `NULL` when none runs; no row when the
@@ -114,6 +114,7 @@ pub(crate) struct Limits {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::Limits;
+    use crate::dialect::tests::PINNED_MAX;
 
     /// Every statement of `limits`, the generated ones for 2 users or ids.
     pub(crate) fn render(limits: &Limits) -> String {
@@ -121,9 +122,15 @@ pub(crate) mod tests {
             ("types", limits.types.into()),
             ("lock", limits.lock.into()),
             ("running", limits.running.into()),
-            ("window_claim", limits.window_claim.unwrap_or("-").into()),
+            (
+                "window_claim",
+                limits.window_claim.map_or("-", |of| of(PINNED_MAX)).into(),
+            ),
             ("read_slots", limits.read_slots.unwrap_or("-").into()),
-            ("slot_claim", limits.slot_claim.unwrap_or("-").into()),
+            (
+                "slot_claim",
+                limits.slot_claim.map_or("-", |of| of(PINNED_MAX)).into(),
+            ),
             ("candidates", (limits.candidates)(2)),
             ("running_users", limits.running_users.into()),
             ("rest_candidates", (limits.rest_candidates)(2, 2)),

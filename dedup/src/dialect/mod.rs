@@ -164,17 +164,20 @@ pub(crate) struct Returning {
     /// with `DO UPDATE ... WHERE status = 'queued' RETURNING` the row (the values of
     /// [`Statements::insert`]).
     pub replace: &'static str,
-    /// Claims the next due queued tasks of any type: worker_id, lease, how many.
-    pub claim_any: &'static str,
+    /// Claims the next due queued tasks of any type: worker_id, lease, how many. Each
+    /// claim statement is the text for a claim of up to the given number of tasks
+    /// (PostgreSQL has one per power of two, so that its plan is cached:
+    /// `postgres::bound`; SQLite one).
+    pub claim_any: fn(i64) -> &'static str,
     /// The same for some task types: worker_id, lease, task types (PostgreSQL an array,
     /// SQLite a JSON array), how many.
-    pub claim_types: &'static str,
+    pub claim_types: fn(i64) -> &'static str,
     /// [`claim_any`](Self::claim_any) without looking for running tasks of the keys:
     /// `task_running_resource_uidx` refuses a claim that would start a second run of a
     /// key ([`Kind::RunningKey`]), and then it took nothing. See [`Claim`].
-    pub optimistic_claim_any: &'static str,
+    pub optimistic_claim_any: fn(i64) -> &'static str,
     /// [`claim_types`](Self::claim_types), optimistic alike.
-    pub optimistic_claim_types: &'static str,
+    pub optimistic_claim_types: fn(i64) -> &'static str,
 }
 
 /// The statements of `find_or_enqueue_many`, for a chunk of `rows` tasks. PostgreSQL
@@ -476,11 +479,16 @@ impl Failure {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use sea_orm::Iterable;
 
     use super::*;
     use task_dedup_entity::task_run;
+
+    /// The claim size whose statements the snapshots pin: PostgreSQL's texts for a
+    /// bound of 8, which differ from the other bounds' only in that number
+    /// (`postgres::tests::claims_differ_only_in_their_bound`).
+    pub(crate) const PINNED_MAX: i64 = 8;
 
     /// Each backend is supported exactly when its feature is on; otherwise the error says
     /// which feature to enable. CI also runs this in single-feature builds.
@@ -545,15 +553,21 @@ mod tests {
         let mut all = render_common(statements);
         all.extend([
             ("replace", Cow::Borrowed(returning.replace)),
-            ("claim_any", Cow::Borrowed(returning.claim_any)),
-            ("claim_types", Cow::Borrowed(returning.claim_types)),
+            (
+                "claim_any",
+                Cow::Borrowed((returning.claim_any)(PINNED_MAX)),
+            ),
+            (
+                "claim_types",
+                Cow::Borrowed((returning.claim_types)(PINNED_MAX)),
+            ),
             (
                 "optimistic_claim_any",
-                Cow::Borrowed(returning.optimistic_claim_any),
+                Cow::Borrowed((returning.optimistic_claim_any)(PINNED_MAX)),
             ),
             (
                 "optimistic_claim_types",
-                Cow::Borrowed(returning.optimistic_claim_types),
+                Cow::Borrowed((returning.optimistic_claim_types)(PINNED_MAX)),
             ),
         ]);
         all

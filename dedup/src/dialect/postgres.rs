@@ -53,6 +53,48 @@ macro_rules! replace_queued {
     };
 }
 
+/// A claim's statement once per bound, the powers of two up to [`LARGEST_BOUND`]: its
+/// locked selection is `LIMIT <bound>` in the text and `LIMIT $n` (the claim's size) on
+/// top. With the size only as a parameter PostgreSQL planned the statement at every
+/// execution (a `LIMIT $n` makes the generic plan look costlier than any custom one,
+/// so the plan cache never switches to it): 0.15 ms of planning per main claim and
+/// 0.5 ms per window claim, a third and a half of their server time. With a literal
+/// bound the generic plan wins after five executions (BENCHMARKS.md, "Claims planned
+/// once"). The rows are locked as the outer `LIMIT` pulls them, so a claim locks no
+/// more than it takes. Eleven texts per claim, prepared on a connection as it uses
+/// them.
+macro_rules! bounded {
+    ($statement:ident) => {
+        [
+            $statement!("1"),
+            $statement!("2"),
+            $statement!("4"),
+            $statement!("8"),
+            $statement!("16"),
+            $statement!("32"),
+            $statement!("64"),
+            $statement!("128"),
+            $statement!("256"),
+            $statement!("512"),
+            $statement!("1024"),
+        ]
+    };
+}
+
+/// How many texts [`bounded!`] makes.
+const BOUNDS: usize = 11;
+
+/// The largest claim [`bounded!`]'s texts hold: at least `MAX_CLAIM` (asserted where
+/// that is defined).
+pub(crate) const LARGEST_BOUND: i64 = 1 << (BOUNDS - 1);
+
+/// The index in [`bounded!`]'s texts of the smallest bound at least `max` (1 to
+/// `MAX_CLAIM`, checked before).
+pub(crate) fn bound(max: i64) -> usize {
+    let max = u64::try_from(max.max(1)).unwrap_or(1);
+    (max.next_power_of_two().trailing_zeros() as usize).min(BOUNDS - 1)
+}
+
 /// Every claim up to the selection of its tasks: they move to `running` under the lease.
 /// `id = ANY(ARRAY(...))`: the selection runs once, then one primary-key lookup per
 /// task. No run slot: a type without limits has none (one left from a run under a
@@ -132,8 +174,8 @@ macro_rules! claim_set {
             claim_start!(),
             "DISTINCT ON (user_id, task_type, resource_key, \
              CASE WHEN concurrent THEN id END) id \
-             FROM (SELECT id, user_id, task_type, resource_key, concurrent, priority, run_at, \
-             created_at ",
+             FROM (SELECT * FROM (SELECT id, user_id, task_type, resource_key, concurrent, \
+             priority, run_at, created_at ",
             due!(),
             "AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
              WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
@@ -148,13 +190,15 @@ macro_rules! claim_set {
 /// claim order, locked (SKIP LOCKED: concurrent claimers pass over each other's rows
 /// instead of queueing behind them), then the first of each key among them (DISTINCT
 /// ON; a `concurrent` task is a key of its own), so one claim never starts two tasks of
-/// one key.
+/// one key. `$bound`: see [`bounded!`].
 macro_rules! claim_end {
-    ($limit:literal) => {
+    ($limit:literal, $bound:literal) => {
         concat!(
             "ORDER BY priority DESC, run_at, created_at, id LIMIT ",
+            $bound,
+            " FOR UPDATE SKIP LOCKED) AS bounded LIMIT ",
             $limit,
-            " FOR UPDATE SKIP LOCKED) AS due \
+            ") AS due \
              ORDER BY user_id, task_type, resource_key, CASE WHEN concurrent THEN id END, \
              priority DESC, run_at, created_at, id)) \
              RETURNING ",
@@ -166,13 +210,16 @@ macro_rules! claim_end {
 /// The optimistic claim: the next `$limit` due tasks in claim order, locked as above,
 /// with neither the probe nor the one-per-key step. `task_running_resource_uidx` fails
 /// it (`Kind::RunningKey`) when it picked a task whose key runs, or two of one key, and
-/// then it took nothing.
+/// then it took nothing. Its selection starts `id FROM (SELECT id `; `$bound`: see
+/// [`bounded!`].
 macro_rules! optimistic_end {
-    ($limit:literal) => {
+    ($limit:literal, $bound:literal) => {
         concat!(
             "ORDER BY priority DESC, run_at, created_at, id LIMIT ",
+            $bound,
+            " FOR UPDATE SKIP LOCKED) AS bounded LIMIT ",
             $limit,
-            " FOR UPDATE SKIP LOCKED)) RETURNING ",
+            ")) RETURNING ",
             columns!()
         )
     };
@@ -341,17 +388,52 @@ pub(crate) const RETURNING: Returning = Returning {
     // order. Two claimers may still pick follow-ups of one key at once (a task the other
     // has locked, not yet running): the index lets one of them through, and the other's
     // claim fails (`Kind::RunningKey`) and is run again.
-    claim_any: concat!(claim_set!(), claim_end!("$3")),
-    claim_types: concat!(claim_set!(), "AND task_type = ANY($3) ", claim_end!("$4")),
-    optimistic_claim_any: concat!(claim_start!(), "id ", due!(), optimistic_end!("$3")),
-    optimistic_claim_types: concat!(
-        claim_start!(),
-        "id ",
-        due!(),
-        "AND task_type = ANY($3) ",
-        optimistic_end!("$4")
-    ),
+    claim_any: |max| CLAIM_ANY[bound(max)],
+    claim_types: |max| CLAIM_TYPES[bound(max)],
+    optimistic_claim_any: |max| OPTIMISTIC_CLAIM_ANY[bound(max)],
+    optimistic_claim_types: |max| OPTIMISTIC_CLAIM_TYPES[bound(max)],
 };
+
+/// The claims' texts for each bound ([`bounded!`]).
+macro_rules! claim_any {
+    ($bound:literal) => {
+        concat!(claim_set!(), claim_end!("$3", $bound))
+    };
+}
+macro_rules! claim_types {
+    ($bound:literal) => {
+        concat!(
+            claim_set!(),
+            "AND task_type = ANY($3) ",
+            claim_end!("$4", $bound)
+        )
+    };
+}
+macro_rules! optimistic_claim_any {
+    ($bound:literal) => {
+        concat!(
+            claim_start!(),
+            "id FROM (SELECT id ",
+            due!(),
+            optimistic_end!("$3", $bound)
+        )
+    };
+}
+macro_rules! optimistic_claim_types {
+    ($bound:literal) => {
+        concat!(
+            claim_start!(),
+            "id FROM (SELECT id ",
+            due!(),
+            "AND task_type = ANY($3) ",
+            optimistic_end!("$4", $bound)
+        )
+    };
+}
+const CLAIM_ANY: [&str; BOUNDS] = bounded!(claim_any);
+const CLAIM_TYPES: [&str; BOUNDS] = bounded!(claim_types);
+const OPTIMISTIC_CLAIM_ANY: [&str; BOUNDS] = bounded!(optimistic_claim_any);
+const OPTIMISTIC_CLAIM_TYPES: [&str; BOUNDS] = bounded!(optimistic_claim_types);
 
 /// The channel waiting workers LISTEN on.
 macro_rules! channel {
@@ -583,6 +665,92 @@ macro_rules! now_micros {
     };
 }
 
+/// [`LIMITS`]'s one-statement claims, per bound ([`bounded!`]).
+macro_rules! window_claim {
+    ($bound:literal) => {
+        concat!(
+            "WITH lim AS (SELECT l.max_running AS m, w.off FROM task_dedup_limits l \
+             CROSS JOIN LATERAL (SELECT c.off FROM (SELECT floor(random() * \
+             (l.max_running - least($4, l.max_running) + 1))::int8 AS off \
+             FROM generate_series(1, 4)) AS c WHERE NOT EXISTS (SELECT 1 FROM task_run r \
+             WHERE r.task_type = $3 AND r.status = 'running' \
+             AND r.run_slot >= c.off AND r.run_slot < c.off + $4) LIMIT 1) AS w \
+             WHERE l.task_type = $3 AND l.max_running IS NOT NULL \
+             AND l.max_running_per_user IS NULL AND l.rate_starts IS NULL AND NOT l.fair \
+             AND NOT EXISTS (SELECT 1 FROM task_run r WHERE r.task_type = $3 \
+             AND r.status = 'running' AND (r.run_slot IS NULL OR r.run_slot >= l.max_running)) ",
+            no_limit_across_types!(),
+            ") \
+             UPDATE task_run SET status = 'running', attempts = attempts + 1, lease_owner = $1, \
+             lease_expires_at = statement_timestamp() + $2 * interval '1 microsecond', \
+             started_at = statement_timestamp(), updated_at = statement_timestamp(), \
+             run_slot = lim.off + s.n - 1 \
+             FROM lim, unnest(ARRAY(SELECT id FROM (SELECT DISTINCT ON \
+             (user_id, resource_key, CASE WHEN concurrent THEN id END) \
+             id, priority, run_at, created_at \
+             FROM (SELECT * FROM (SELECT id, user_id, resource_key, concurrent, priority, run_at, \
+             created_at ",
+            due_of_any_limit!(),
+            "AND task_type = $3 AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
+             WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
+             AND r.resource_key = t.resource_key AND ",
+            runs_serially_sql!(),
+            " OFFSET 0)) ORDER BY priority DESC, run_at, created_at, id LIMIT ",
+            $bound,
+            " FOR UPDATE SKIP LOCKED) AS bounded LIMIT $4) AS due \
+             ORDER BY user_id, resource_key, CASE WHEN concurrent THEN id END, \
+             priority DESC, run_at, created_at, id) AS one_per_key \
+             ORDER BY priority DESC, run_at, created_at, id)) WITH ORDINALITY AS s (sid, n) \
+             WHERE task_run.id = s.sid AND s.n <= lim.m \
+             RETURNING ",
+            columns!()
+        )
+    };
+}
+const WINDOW_CLAIM: [&str; BOUNDS] = bounded!(window_claim);
+
+macro_rules! slot_claim {
+    ($bound:literal) => {
+        concat!(
+            "WITH lim AS (SELECT max_running AS m, floor(random() * max_running)::int8 AS off \
+             FROM task_dedup_limits \
+             WHERE task_type = $3 AND max_running IS NOT NULL AND max_running_per_user IS NULL \
+             AND rate_starts IS NULL AND NOT fair ",
+            no_limit_across_types!(),
+            "), \
+             run AS (SELECT run_slot FROM task_run WHERE task_type = $3 AND status = 'running'), \
+             free AS (SELECT (lim.off + i) % lim.m AS fslot, row_number() OVER (ORDER BY i) AS fn \
+             FROM lim CROSS JOIN \
+             generate_series(0, least(lim.m, $4 + (SELECT count(*) FROM run)) - 1) AS i \
+             WHERE NOT EXISTS (SELECT 1 FROM run WHERE run.run_slot IS NULL OR run.run_slot >= lim.m) \
+             AND NOT EXISTS (SELECT 1 FROM run WHERE run.run_slot = (lim.off + i) % lim.m)), \
+             picked AS (SELECT pid, row_number() OVER (ORDER BY ppriority DESC, prun_at, pcreated_at, pid) AS pn \
+             FROM (SELECT DISTINCT ON (user_id, resource_key, CASE WHEN concurrent THEN id END) \
+             id AS pid, priority AS ppriority, run_at AS prun_at, created_at AS pcreated_at \
+             FROM (SELECT * FROM (SELECT id, user_id, resource_key, concurrent, priority, run_at, \
+             created_at ",
+            due_of_any_limit!(),
+            "AND task_type = $3 AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
+             WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
+             AND r.resource_key = t.resource_key AND ",
+            runs_serially_sql!(),
+            " OFFSET 0)) ORDER BY priority DESC, run_at, created_at, id LIMIT ",
+            $bound,
+            " FOR UPDATE SKIP LOCKED) AS bounded LIMIT $4) AS due \
+             ORDER BY user_id, resource_key, CASE WHEN concurrent THEN id END, \
+             priority DESC, run_at, created_at, id) AS one_per_key) \
+             UPDATE task_run SET status = 'running', attempts = attempts + 1, lease_owner = $1, \
+             lease_expires_at = statement_timestamp() + $2 * interval '1 microsecond', \
+             started_at = statement_timestamp(), updated_at = statement_timestamp(), \
+             run_slot = free.fslot \
+             FROM picked JOIN free ON free.fn = picked.pn WHERE task_run.id = picked.pid \
+             RETURNING ",
+            columns!()
+        )
+    };
+}
+const SLOT_CLAIM: [&str; BOUNDS] = bounded!(slot_claim);
+
 pub(crate) const LIMITS: Limits = Limits {
     types: "SELECT task_type FROM task_dedup_limits",
     lock: concat!(
@@ -600,73 +768,8 @@ pub(crate) const LIMITS: Limits = Limits {
     // Slots `off .. off + $4` for a random `off` whose range no running task holds (a
     // range probe of `task_run_slot_uidx`; four tries): no read of the running tasks'
     // slots, and no join of tasks to free slots. Ids and slots are paired by position.
-    window_claim: Some(concat!(
-        "WITH lim AS (SELECT l.max_running AS m, w.off FROM task_dedup_limits l \
-         CROSS JOIN LATERAL (SELECT c.off FROM (SELECT floor(random() * \
-         (l.max_running - least($4, l.max_running) + 1))::int8 AS off \
-         FROM generate_series(1, 4)) AS c WHERE NOT EXISTS (SELECT 1 FROM task_run r \
-         WHERE r.task_type = $3 AND r.status = 'running' \
-         AND r.run_slot >= c.off AND r.run_slot < c.off + $4) LIMIT 1) AS w \
-         WHERE l.task_type = $3 AND l.max_running IS NOT NULL \
-         AND l.max_running_per_user IS NULL AND l.rate_starts IS NULL AND NOT l.fair \
-         AND NOT EXISTS (SELECT 1 FROM task_run r WHERE r.task_type = $3 \
-         AND r.status = 'running' AND (r.run_slot IS NULL OR r.run_slot >= l.max_running)) ",
-        no_limit_across_types!(),
-        ") \
-         UPDATE task_run SET status = 'running', attempts = attempts + 1, lease_owner = $1, \
-         lease_expires_at = statement_timestamp() + $2 * interval '1 microsecond', \
-         started_at = statement_timestamp(), updated_at = statement_timestamp(), \
-         run_slot = lim.off + s.n - 1 \
-         FROM lim, unnest(ARRAY(SELECT id FROM (SELECT DISTINCT ON \
-         (user_id, resource_key, CASE WHEN concurrent THEN id END) \
-         id, priority, run_at, created_at \
-         FROM (SELECT id, user_id, resource_key, concurrent, priority, run_at, created_at ",
-        due_of_any_limit!(),
-        "AND task_type = $3 AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
-         WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
-         AND r.resource_key = t.resource_key AND ",
-        runs_serially_sql!(),
-        " OFFSET 0)) ORDER BY priority DESC, run_at, created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) AS due \
-         ORDER BY user_id, resource_key, CASE WHEN concurrent THEN id END, \
-         priority DESC, run_at, created_at, id) AS one_per_key \
-         ORDER BY priority DESC, run_at, created_at, id)) WITH ORDINALITY AS s (sid, n) \
-         WHERE task_run.id = s.sid AND s.n <= lim.m \
-         RETURNING ",
-        columns!()
-    )),
-    slot_claim: Some(concat!(
-        "WITH lim AS (SELECT max_running AS m, floor(random() * max_running)::int8 AS off \
-         FROM task_dedup_limits \
-         WHERE task_type = $3 AND max_running IS NOT NULL AND max_running_per_user IS NULL \
-         AND rate_starts IS NULL AND NOT fair ",
-        no_limit_across_types!(),
-        "), \
-         run AS (SELECT run_slot FROM task_run WHERE task_type = $3 AND status = 'running'), \
-         free AS (SELECT (lim.off + i) % lim.m AS fslot, row_number() OVER (ORDER BY i) AS fn \
-         FROM lim CROSS JOIN \
-         generate_series(0, least(lim.m, $4 + (SELECT count(*) FROM run)) - 1) AS i \
-         WHERE NOT EXISTS (SELECT 1 FROM run WHERE run.run_slot IS NULL OR run.run_slot >= lim.m) \
-         AND NOT EXISTS (SELECT 1 FROM run WHERE run.run_slot = (lim.off + i) % lim.m)), \
-         picked AS (SELECT pid, row_number() OVER (ORDER BY ppriority DESC, prun_at, pcreated_at, pid) AS pn \
-         FROM (SELECT DISTINCT ON (user_id, resource_key, CASE WHEN concurrent THEN id END) \
-         id AS pid, priority AS ppriority, run_at AS prun_at, created_at AS pcreated_at \
-         FROM (SELECT id, user_id, resource_key, concurrent, priority, run_at, created_at ",
-        due_of_any_limit!(),
-        "AND task_type = $3 AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
-         WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
-         AND r.resource_key = t.resource_key AND ",
-        runs_serially_sql!(),
-        " OFFSET 0)) ORDER BY priority DESC, run_at, created_at, id LIMIT $4 FOR UPDATE SKIP LOCKED) AS due \
-         ORDER BY user_id, resource_key, CASE WHEN concurrent THEN id END, \
-         priority DESC, run_at, created_at, id) AS one_per_key) \
-         UPDATE task_run SET status = 'running', attempts = attempts + 1, lease_owner = $1, \
-         lease_expires_at = statement_timestamp() + $2 * interval '1 microsecond', \
-         started_at = statement_timestamp(), updated_at = statement_timestamp(), \
-         run_slot = free.fslot \
-         FROM picked JOIN free ON free.fn = picked.pn WHERE task_run.id = picked.pid \
-         RETURNING ",
-        columns!()
-    )),
+    window_claim: Some(|max| WINDOW_CLAIM[bound(max)]),
+    slot_claim: Some(|max| SLOT_CLAIM[bound(max)]),
     candidates: |_| {
         Cow::Borrowed(concat!(
             "SELECT id, user_id, task_type, resource_key, concurrent ",
@@ -828,3 +931,48 @@ pub(crate) const ADMIN: Admin = Admin {
         )
     },
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dialect::tests::PINNED_MAX;
+
+    /// Each claim size takes the smallest bound at least as large.
+    #[test]
+    fn a_claim_takes_the_smallest_bound_that_holds_it() {
+        for (max, bound_) in [(1, 1), (2, 2), (3, 4), (8, 8), (9, 16), (513, 1024)] {
+            assert_eq!(1 << bound(max), bound_, "{max}");
+        }
+        assert_eq!(bound(LARGEST_BOUND), BOUNDS - 1);
+    }
+
+    /// The snapshots pin one bound's texts; every other bound's text is that one with
+    /// its number in place of 8, once.
+    #[test]
+    fn claims_differ_only_in_their_bound() {
+        let pinned = bound(PINNED_MAX);
+        for texts in [
+            CLAIM_ANY,
+            CLAIM_TYPES,
+            OPTIMISTIC_CLAIM_ANY,
+            OPTIMISTIC_CLAIM_TYPES,
+            WINDOW_CLAIM,
+            SLOT_CLAIM,
+        ] {
+            let marker = "LIMIT 8 FOR UPDATE SKIP LOCKED) AS bounded";
+            assert_eq!(
+                texts[pinned].matches(marker).count(),
+                1,
+                "{}",
+                texts[pinned]
+            );
+            for (i, text) in texts.iter().enumerate() {
+                let expected = texts[pinned].replace(
+                    marker,
+                    &format!("LIMIT {} FOR UPDATE SKIP LOCKED) AS bounded", 1 << i),
+                );
+                assert_eq!(*text, expected);
+            }
+        }
+    }
+}

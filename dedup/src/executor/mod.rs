@@ -593,13 +593,13 @@ impl<'c> Executor<'c> {
             args::interval(self.dialect, lease_micros),
         ];
         let sql = match (how, task_types.is_empty()) {
-            (Claim::Probing, true) => returning.claim_any,
-            (Claim::Optimistic, true) => returning.optimistic_claim_any,
+            (Claim::Probing, true) => (returning.claim_any)(max),
+            (Claim::Optimistic, true) => (returning.optimistic_claim_any)(max),
             (how, false) => {
                 values.push(args::task_types(self.dialect, task_types));
                 match how {
-                    Claim::Probing => returning.claim_types,
-                    Claim::Optimistic => returning.optimistic_claim_types,
+                    Claim::Probing => (returning.claim_types)(max),
+                    Claim::Optimistic => (returning.optimistic_claim_types)(max),
                 }
             }
         };

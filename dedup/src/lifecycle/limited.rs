@@ -147,7 +147,7 @@ async fn by_slots(
         Stage::Window => limits.window_claim,
         Stage::Slots | Stage::Locked => limits.slot_claim,
     };
-    let Some(sql) = statement else {
+    let Some(sql) = statement.map(|of| of(max)) else {
         return Ok(Vec::new());
     };
     if exec.in_transaction() {
