@@ -72,13 +72,13 @@ pub(crate) struct Limits {
     /// rows other claimers hold: `id`, `user_id`, `resource_key`, `concurrent`.
     /// Parameters: the type, the users to pass over (PostgreSQL: one array; SQLite: one
     /// JSON array; MySQL/MariaDB: one placeholder each, as many as the argument says),
-    /// how many.
-    pub candidates: fn(usize) -> Cow<'static, str>,
+    /// how many (the last also the text's, as for the claims: PostgreSQL's bound).
+    pub candidates: fn(usize, i64) -> Cow<'static, str>,
     /// [`candidates`](Self::candidates) of every type without limits of its own, for
     /// the claim of those types while a limit across all types is set: the types to
     /// take (none: any), then the users to pass over (each list bound as `candidates`
     /// binds its users; on MySQL/MariaDB the arguments are their lengths), how many.
-    pub rest_candidates: fn(usize, usize) -> Cow<'static, str>,
+    pub rest_candidates: fn(usize, usize, i64) -> Cow<'static, str>,
     /// A fair claim's walk over the users with queued tasks of one type, in order from
     /// the one after a cursor (one index lookup per user, `task_run_user_queue_idx`):
     /// `user_id`. Parameters: the type, the cursor, how many users at most
@@ -131,9 +131,12 @@ pub(crate) mod tests {
                 "slot_claim",
                 limits.slot_claim.map_or("-", |of| of(PINNED_MAX)).into(),
             ),
-            ("candidates", (limits.candidates)(2)),
+            ("candidates", (limits.candidates)(2, PINNED_MAX)),
             ("running_users", limits.running_users.into()),
-            ("rest_candidates", (limits.rest_candidates)(2, 2)),
+            (
+                "rest_candidates",
+                (limits.rest_candidates)(2, 2, PINNED_MAX),
+            ),
             ("fair_users", limits.fair_users.into()),
             ("fair_heads", limits.fair_heads.into()),
             ("fair_cursor", limits.fair_cursor.into()),

@@ -499,7 +499,7 @@ pub(crate) const LIMITS: Limits = Limits {
          AND NOT EXISTS (SELECT 1 FROM task_dedup_limits a WHERE a.task_type = '')",
     ),
     slot_claim: None,
-    candidates: |excluded| {
+    candidates: |excluded, _| {
         let mut sql = String::from(concat!(
             "SELECT id, user_id, task_type, resource_key, concurrent FROM task_run t ",
             due_of_any_limit!(),
@@ -513,7 +513,7 @@ pub(crate) const LIMITS: Limits = Limits {
         sql.push_str(claim_order!());
         Cow::Owned(sql)
     },
-    rest_candidates: |types, excluded| {
+    rest_candidates: |types, excluded, _| {
         let mut sql = String::from(concat!(
             "SELECT id, user_id, task_type, resource_key, concurrent FROM task_run t ",
             due_of_any_limit!(),

@@ -61,8 +61,9 @@ macro_rules! replace_queued {
 /// 0.5 ms per window claim, a third and a half of their server time. With a literal
 /// bound the generic plan wins after five executions (BENCHMARKS.md, "Claims planned
 /// once"). The rows are locked as the outer `LIMIT` pulls them, so a claim locks no
-/// more than it takes. Eleven texts per claim, prepared on a connection as it uses
-/// them.
+/// more than it takes, and they come in the selection's order (nothing above it
+/// sorts: the locked claims' candidates rely on it). Eleven texts per claim, prepared
+/// on a connection as it uses them.
 macro_rules! bounded {
     ($statement:ident) => {
         [
@@ -751,6 +752,46 @@ macro_rules! slot_claim {
 }
 const SLOT_CLAIM: [&str; BOUNDS] = bounded!(slot_claim);
 
+macro_rules! candidates {
+    ($bound:literal) => {
+        concat!(
+            "SELECT * FROM (SELECT id, user_id, task_type, resource_key, concurrent ",
+            due_of_any_limit!(),
+            "AND task_type = $1 AND NOT (user_id = ANY($2)) \
+             AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
+             WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
+             AND r.resource_key = t.resource_key AND ",
+            runs_serially_sql!(),
+            " OFFSET 0)) \
+             ORDER BY priority DESC, run_at, created_at, id LIMIT ",
+            $bound,
+            " FOR UPDATE SKIP LOCKED) AS bounded LIMIT $3"
+        )
+    };
+}
+const CANDIDATES: [&str; BOUNDS] = bounded!(candidates);
+
+macro_rules! rest_candidates {
+    ($bound:literal) => {
+        concat!(
+            "SELECT * FROM (SELECT id, user_id, task_type, resource_key, concurrent ",
+            due_of_any_limit!(),
+            type_unlimited!(),
+            "AND (cardinality($1::varchar[]) = 0 OR task_type = ANY($1)) \
+             AND NOT (user_id = ANY($2)) \
+             AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
+             WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
+             AND r.resource_key = t.resource_key AND ",
+            runs_serially_sql!(),
+            " OFFSET 0)) \
+             ORDER BY priority DESC, run_at, created_at, id LIMIT ",
+            $bound,
+            " FOR UPDATE SKIP LOCKED) AS bounded LIMIT $3"
+        )
+    };
+}
+const REST_CANDIDATES: [&str; BOUNDS] = bounded!(rest_candidates);
+
 pub(crate) const LIMITS: Limits = Limits {
     types: "SELECT task_type FROM task_dedup_limits",
     lock: concat!(
@@ -770,34 +811,8 @@ pub(crate) const LIMITS: Limits = Limits {
     // slots, and no join of tasks to free slots. Ids and slots are paired by position.
     window_claim: Some(|max| WINDOW_CLAIM[bound(max)]),
     slot_claim: Some(|max| SLOT_CLAIM[bound(max)]),
-    candidates: |_| {
-        Cow::Borrowed(concat!(
-            "SELECT id, user_id, task_type, resource_key, concurrent ",
-            due_of_any_limit!(),
-            "AND task_type = $1 AND NOT (user_id = ANY($2)) \
-             AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
-             WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
-             AND r.resource_key = t.resource_key AND ",
-            runs_serially_sql!(),
-            " OFFSET 0)) \
-             ORDER BY priority DESC, run_at, created_at, id LIMIT $3 FOR UPDATE SKIP LOCKED"
-        ))
-    },
-    rest_candidates: |_, _| {
-        Cow::Borrowed(concat!(
-            "SELECT id, user_id, task_type, resource_key, concurrent ",
-            due_of_any_limit!(),
-            type_unlimited!(),
-            "AND (cardinality($1::varchar[]) = 0 OR task_type = ANY($1)) \
-             AND NOT (user_id = ANY($2)) \
-             AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
-             WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
-             AND r.resource_key = t.resource_key AND ",
-            runs_serially_sql!(),
-            " OFFSET 0)) \
-             ORDER BY priority DESC, run_at, created_at, id LIMIT $3 FOR UPDATE SKIP LOCKED"
-        ))
-    },
+    candidates: |_, max| Cow::Borrowed(CANDIDATES[bound(max)]),
+    rest_candidates: |_, _, max| Cow::Borrowed(REST_CANDIDATES[bound(max)]),
     // `task_run_user_queue_idx (task_type, user_id, ...) WHERE status = 'queued'`
     // serves each step's `min` and the heads' order.
     fair_users: "WITH RECURSIVE walk (user_id, n) AS ( \
@@ -958,6 +973,8 @@ mod tests {
             OPTIMISTIC_CLAIM_TYPES,
             WINDOW_CLAIM,
             SLOT_CLAIM,
+            CANDIDATES,
+            REST_CANDIDATES,
         ] {
             let marker = "LIMIT 8 FOR UPDATE SKIP LOCKED) AS bounded";
             assert_eq!(

@@ -548,7 +548,7 @@ pub(crate) const LIMITS: Limits = Limits {
             columns!()
         )
     }),
-    candidates: |_| {
+    candidates: |_, _| {
         Cow::Borrowed(concat!(
             "SELECT id, user_id, task_type, resource_key, concurrent FROM ",
             due_of_any_limit!(),
@@ -560,7 +560,7 @@ pub(crate) const LIMITS: Limits = Limits {
             ")) ORDER BY priority DESC, run_at, created_at, id LIMIT ?"
         ))
     },
-    rest_candidates: |_, _| {
+    rest_candidates: |_, _, _| {
         Cow::Borrowed(concat!(
             "SELECT id, user_id, task_type, resource_key, concurrent FROM ",
             due_of_any_limit!(),

@@ -120,7 +120,7 @@ impl Executor<'_> {
         excluded: &[&str],
         max: i64,
     ) -> Result<Vec<Candidate>, Failure> {
-        let sql = (self.dialect.limits().rest_candidates)(task_types.len(), excluded.len());
+        let sql = (self.dialect.limits().rest_candidates)(task_types.len(), excluded.len(), max);
         let mut values = users(self.dialect, task_types);
         values.extend(users(self.dialect, excluded));
         values.push(Arg::I64(max));
@@ -193,7 +193,7 @@ impl Executor<'_> {
         excluded: &[&str],
         max: i64,
     ) -> Result<Vec<Candidate>, Failure> {
-        let sql = (self.dialect.limits().candidates)(excluded.len());
+        let sql = (self.dialect.limits().candidates)(excluded.len(), max);
         let mut values = vec![Arg::Str(task_type)];
         values.extend(users(self.dialect, excluded));
         values.push(Arg::I64(max));
