@@ -29,7 +29,8 @@ async fn postgres() {
 /// not bind (the window claim):
 /// each claim text executed six times or more has been run with its generic plan.
 /// (With `LIMIT $n` in place of the bound, every execution took a custom plan and this
-/// failed: checked.)
+/// failed: checked. Not asserted, since it is PostgreSQL's estimate: with 30 tasks of
+/// the type beside 10,000 of another, the window claim kept custom plans bounded too.)
 async fn claims_are_planned_once(db: &TestDb) {
     db.migrate().await;
     // One connection: the statements listed are the ones the claims prepared.
@@ -45,14 +46,13 @@ async fn claims_are_planned_once(db: &TestDb) {
                 .expect("enqueue");
         }
     }
-    // A backlog of both types, not due yet (the claims pass over it): on a table of a
-    // few rows a generic plan costs no more than a custom one, and the cache takes it
-    // whatever the text.
+    // A backlog of both types, as in a drain: on a table of a few rows a generic plan
+    // costs no more than a custom one, and the cache takes it whatever the text.
     pool.execute_unprepared(
         "INSERT INTO task_run (id, user_id, task_type, resource_key, status, attempts, \
          created_at, updated_at, run_at) \
          SELECT gen_random_uuid(), 'u', CASE WHEN n % 2 = 0 THEN 'plain' ELSE 'limited' END, \
-         'later' || n, 'queued', 0, now(), now(), now() + interval '1 day' \
+         'later' || n, 'queued', 0, now(), now(), now() \
          FROM generate_series(1, 10000) AS n; ANALYZE task_run",
     )
     .await
