@@ -753,13 +753,13 @@ macro_rules! slot_claim {
 }
 const SLOT_CLAIM: [&str; BOUNDS] = bounded!(slot_claim);
 
-macro_rules! candidates {
+/// The end of the locked claims' candidate selections: none of a key that runs (unless
+/// `concurrent`), in claim order, `$bound` locked at most and the claim's size (`$3`)
+/// taken.
+macro_rules! candidates_end {
     ($bound:literal) => {
         concat!(
-            "SELECT * FROM (SELECT id, user_id, task_type, resource_key, concurrent ",
-            due_of_any_limit!(),
-            "AND task_type = $1 AND NOT (user_id = ANY($2)) \
-             AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
+            "AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
              WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
              AND r.resource_key = t.resource_key AND ",
             runs_serially_sql!(),
@@ -767,6 +767,17 @@ macro_rules! candidates {
              ORDER BY priority DESC, run_at, created_at, id LIMIT ",
             $bound,
             " FOR UPDATE SKIP LOCKED) AS bounded LIMIT $3"
+        )
+    };
+}
+
+macro_rules! candidates {
+    ($bound:literal) => {
+        concat!(
+            "SELECT * FROM (SELECT id, user_id, task_type, resource_key, concurrent ",
+            due_of_any_limit!(),
+            "AND task_type = $1 AND NOT (user_id = ANY($2)) ",
+            candidates_end!($bound)
         )
     };
 }
@@ -779,15 +790,8 @@ macro_rules! rest_candidates {
             due_of_any_limit!(),
             type_unlimited!(),
             "AND (cardinality($1::varchar[]) = 0 OR task_type = ANY($1)) \
-             AND NOT (user_id = ANY($2)) \
-             AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
-             WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
-             AND r.resource_key = t.resource_key AND ",
-            runs_serially_sql!(),
-            " OFFSET 0)) \
-             ORDER BY priority DESC, run_at, created_at, id LIMIT ",
-            $bound,
-            " FOR UPDATE SKIP LOCKED) AS bounded LIMIT $3"
+             AND NOT (user_id = ANY($2)) ",
+            candidates_end!($bound)
         )
     };
 }
