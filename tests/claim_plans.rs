@@ -1,8 +1,8 @@
 //! PostgreSQL plans each claim once per connection, not at every execution: the claims'
 //! texts bound their locked selection with a literal (`dialect::postgres`'s `bounded!`),
 //! so the plan cache switches to the generic plan after five custom ones. With the
-//! claim's size only as `LIMIT $n` it never did (every execution planned: a third of a
-//! main claim's server time and two fifths of a window claim's; BENCHMARKS.md "Claims
+//! claim's size only as `LIMIT $n` it never did (every execution planned: a quarter of
+//! a main claim's server time and two fifths of a window claim's; BENCHMARKS.md "Claims
 //! planned once"). The other dialects have no plan cache to keep: MariaDB plans a
 //! prepared statement at every execution, SQLite once when it prepares it.
 

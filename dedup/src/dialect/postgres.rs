@@ -57,11 +57,12 @@ macro_rules! replace_queued {
 /// locked selection is `LIMIT <bound>` in the text and `LIMIT $n` (the claim's size) on
 /// top. With the size only as a parameter PostgreSQL planned the statement at every
 /// execution (a `LIMIT $n` makes the generic plan look costlier than any custom one,
-/// so the plan cache never switches to it): 0.15 ms of planning per main claim and
-/// 0.5 ms per window claim, a third and a half of their server time. With a literal
-/// bound the generic plan wins after five executions (BENCHMARKS.md, "Claims planned
-/// once"), where the claimed type is a fair share of the queue: beside a far bigger
-/// backlog of other types a custom plan still looks cheaper, and is taken. The rows are locked as the outer `LIMIT` pulls them, so a claim locks no
+/// so the plan cache never switches to it): 0.2 ms of planning per main claim and
+/// 0.6 ms per window claim in a drain, a quarter and two fifths of their server time.
+/// With a literal bound the generic plan wins after five executions (BENCHMARKS.md,
+/// "Claims planned once") where the claimed type is a fair share of the queue; beside
+/// a far bigger backlog of other types a custom plan still looks cheaper, and is
+/// taken. The rows are locked as the outer `LIMIT` pulls them, so a claim locks no
 /// more than it takes, and they come in the selection's order (nothing above it
 /// sorts: the locked claims' candidates rely on it). Eleven texts per claim, prepared
 /// on a connection as it uses them.
