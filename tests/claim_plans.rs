@@ -24,13 +24,13 @@ async fn postgres() {
     .await;
 }
 
-/// On one connection, beside a backlog of 10,000 tasks of the same types, ten claims of three of a type
-/// without limits (the main claim) and ten of a type under a `max_running` that does
-/// not bind (the window claim):
-/// each claim text executed six times or more has been run with its generic plan.
-/// (With `LIMIT $n` in place of the bound, every execution took a custom plan and this
-/// failed: checked. Not asserted, since it is PostgreSQL's estimate: with 30 tasks of
-/// the type beside 10,000 of another, the window claim kept custom plans bounded too.)
+/// On one connection, beside a due backlog of 10,000 tasks of the same types, ten
+/// claims of three of a type without limits (the main claim) and ten of a type under a
+/// `max_running` that does not bind (the window claim): each claim text executed six
+/// times or more ran with its generic plan after its five custom ones. (With `LIMIT $n`
+/// in place of the bound every execution took a custom plan, and this failed: checked.
+/// Not asserted, since it is PostgreSQL's estimate: with 30 tasks of the type beside
+/// 10,000 of another, the window claim kept custom plans bounded too.)
 async fn claims_are_planned_once(db: &TestDb) {
     db.migrate().await;
     // One connection: the statements listed are the ones the claims prepared.
