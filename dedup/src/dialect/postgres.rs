@@ -668,6 +668,29 @@ macro_rules! now_micros {
     };
 }
 
+/// The one-statement claims' selection, from its `FROM` on (a `DISTINCT ON` per key
+/// selects from it): the next `$4` due tasks of type `$3` whose key does not run
+/// (unless `concurrent`), locked as they are taken (`$bound`: [`bounded!`]), ordered
+/// by key for the `DISTINCT ON`.
+macro_rules! one_per_key_of_type {
+    ($bound:literal) => {
+        concat!(
+            "(SELECT * FROM (SELECT id, user_id, resource_key, concurrent, priority, run_at, \
+             created_at ",
+            due_of_any_limit!(),
+            "AND task_type = $3 AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
+             WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
+             AND r.resource_key = t.resource_key AND ",
+            runs_serially_sql!(),
+            " OFFSET 0)) ORDER BY priority DESC, run_at, created_at, id LIMIT ",
+            $bound,
+            " FOR UPDATE SKIP LOCKED) AS bounded LIMIT $4) AS due \
+             ORDER BY user_id, resource_key, CASE WHEN concurrent THEN id END, \
+             priority DESC, run_at, created_at, id"
+        )
+    };
+}
+
 /// [`LIMITS`]'s one-statement claims, per bound ([`bounded!`]).
 macro_rules! window_claim {
     ($bound:literal) => {
@@ -691,18 +714,9 @@ macro_rules! window_claim {
              FROM lim, unnest(ARRAY(SELECT id FROM (SELECT DISTINCT ON \
              (user_id, resource_key, CASE WHEN concurrent THEN id END) \
              id, priority, run_at, created_at \
-             FROM (SELECT * FROM (SELECT id, user_id, resource_key, concurrent, priority, run_at, \
-             created_at ",
-            due_of_any_limit!(),
-            "AND task_type = $3 AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
-             WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
-             AND r.resource_key = t.resource_key AND ",
-            runs_serially_sql!(),
-            " OFFSET 0)) ORDER BY priority DESC, run_at, created_at, id LIMIT ",
-            $bound,
-            " FOR UPDATE SKIP LOCKED) AS bounded LIMIT $4) AS due \
-             ORDER BY user_id, resource_key, CASE WHEN concurrent THEN id END, \
-             priority DESC, run_at, created_at, id) AS one_per_key \
+             FROM ",
+            one_per_key_of_type!($bound),
+            ") AS one_per_key \
              ORDER BY priority DESC, run_at, created_at, id)) WITH ORDINALITY AS s (sid, n) \
              WHERE task_run.id = s.sid AND s.n <= lim.m \
              RETURNING ",
@@ -730,18 +744,9 @@ macro_rules! slot_claim {
              picked AS (SELECT pid, row_number() OVER (ORDER BY ppriority DESC, prun_at, pcreated_at, pid) AS pn \
              FROM (SELECT DISTINCT ON (user_id, resource_key, CASE WHEN concurrent THEN id END) \
              id AS pid, priority AS ppriority, run_at AS prun_at, created_at AS pcreated_at \
-             FROM (SELECT * FROM (SELECT id, user_id, resource_key, concurrent, priority, run_at, \
-             created_at ",
-            due_of_any_limit!(),
-            "AND task_type = $3 AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
-             WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
-             AND r.resource_key = t.resource_key AND ",
-            runs_serially_sql!(),
-            " OFFSET 0)) ORDER BY priority DESC, run_at, created_at, id LIMIT ",
-            $bound,
-            " FOR UPDATE SKIP LOCKED) AS bounded LIMIT $4) AS due \
-             ORDER BY user_id, resource_key, CASE WHEN concurrent THEN id END, \
-             priority DESC, run_at, created_at, id) AS one_per_key) \
+             FROM ",
+            one_per_key_of_type!($bound),
+            ") AS one_per_key) \
              UPDATE task_run SET status = 'running', attempts = attempts + 1, lease_owner = $1, \
              lease_expires_at = statement_timestamp() + $2 * interval '1 microsecond', \
              started_at = statement_timestamp(), updated_at = statement_timestamp(), \
