@@ -69,7 +69,7 @@ pub(crate) struct Limits {
     pub read_slots: Option<&'static str>,
     /// The next due tasks of one type, as the claims select them (not paused, none of a
     /// key with a task running unless `concurrent`), in claim order, locked and skipping
-    /// rows other claimers hold: `id`, `user_id`, `resource_key`, `concurrent`.
+    /// rows other claimers hold: `id`, `user_id`, `task_type`, `resource_key`, `concurrent`.
     /// Parameters: the type, the users to pass over (PostgreSQL: one array; SQLite: one
     /// JSON array; MySQL/MariaDB: one placeholder each, as many as the argument says),
     /// how many (the last also the text's, as for the claims: PostgreSQL's bound).

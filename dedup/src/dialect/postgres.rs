@@ -104,10 +104,20 @@ pub(crate) fn bound(max: i64) -> usize {
 /// limit would otherwise meet another's in `task_run_slot_uidx`).
 macro_rules! claim_start {
     () => {
+        concat!(
+            start_tasks!(),
+            "run_slot = NULL WHERE id = ANY(ARRAY(SELECT "
+        )
+    };
+}
+
+/// What every claim sets on the tasks it starts (then the run slot): `running` under
+/// worker `$1`'s lease of `$2` microseconds, one more attempt.
+macro_rules! start_tasks {
+    () => {
         "UPDATE task_run SET status = 'running', attempts = attempts + 1, \
          lease_owner = $1, lease_expires_at = statement_timestamp() + $2 * interval '1 microsecond', \
-         started_at = statement_timestamp(), updated_at = statement_timestamp(), run_slot = NULL \
-         WHERE id = ANY(ARRAY(SELECT "
+         started_at = statement_timestamp(), updated_at = statement_timestamp(), "
     };
 }
 
@@ -706,11 +716,9 @@ macro_rules! window_claim {
              AND NOT EXISTS (SELECT 1 FROM task_run r WHERE r.task_type = $3 \
              AND r.status = 'running' AND (r.run_slot IS NULL OR r.run_slot >= l.max_running)) ",
             no_limit_across_types!(),
-            ") \
-             UPDATE task_run SET status = 'running', attempts = attempts + 1, lease_owner = $1, \
-             lease_expires_at = statement_timestamp() + $2 * interval '1 microsecond', \
-             started_at = statement_timestamp(), updated_at = statement_timestamp(), \
-             run_slot = lim.off + s.n - 1 \
+            ") ",
+            start_tasks!(),
+            "run_slot = lim.off + s.n - 1 \
              FROM lim, unnest(ARRAY(SELECT id FROM (SELECT DISTINCT ON \
              (user_id, resource_key, CASE WHEN concurrent THEN id END) \
              id, priority, run_at, created_at \
@@ -746,11 +754,9 @@ macro_rules! slot_claim {
              id AS pid, priority AS ppriority, run_at AS prun_at, created_at AS pcreated_at \
              FROM ",
             one_per_key_of_type!($bound),
-            ") AS one_per_key) \
-             UPDATE task_run SET status = 'running', attempts = attempts + 1, lease_owner = $1, \
-             lease_expires_at = statement_timestamp() + $2 * interval '1 microsecond', \
-             started_at = statement_timestamp(), updated_at = statement_timestamp(), \
-             run_slot = free.fslot \
+            ") AS one_per_key) ",
+            start_tasks!(),
+            "run_slot = free.fslot \
              FROM picked JOIN free ON free.fn = picked.pn WHERE task_run.id = picked.pid \
              RETURNING ",
             columns!()
@@ -848,10 +854,8 @@ pub(crate) const LIMITS: Limits = Limits {
     fair_cursor: "UPDATE task_dedup_limits SET fair_cursor = $1 WHERE task_type = $2",
     claim_ids: |_| {
         Cow::Borrowed(concat!(
-            "UPDATE task_run SET status = 'running', attempts = attempts + 1, \
-             lease_owner = $1, lease_expires_at = statement_timestamp() + $2 * interval '1 microsecond', \
-             started_at = statement_timestamp(), updated_at = statement_timestamp(), \
-             run_slot = NULLIF(v.vslot, -1) \
+            start_tasks!(),
+            "run_slot = NULLIF(v.vslot, -1) \
              FROM unnest($3::uuid[], $4::int8[]) AS v (vid, vslot) \
              WHERE task_run.id = v.vid AND task_run.status = 'queued' RETURNING ",
             columns!()

@@ -462,6 +462,74 @@ macro_rules! now_micros {
     };
 }
 
+/// The one-statement claims' `picked` (the next `?4` due tasks of type `?3` whose key
+/// does not run unless `concurrent`, one per key, numbered in claim order) and the
+/// start of their `UPDATE` up to the run slot (`f`: the picked ids with their slots).
+macro_rules! picked_and_started {
+    () => {
+        concat!(
+            "picked AS (SELECT id AS pid, row_number() OVER (ORDER BY priority DESC, run_at, created_at, id) AS pn \
+             FROM (SELECT id, priority, run_at, created_at, row_number() OVER (PARTITION BY user_id, \
+             resource_key, CASE WHEN concurrent THEN id END \
+             ORDER BY priority DESC, run_at, created_at, id) AS nth \
+             FROM (SELECT id, user_id, resource_key, concurrent, priority, run_at, created_at FROM ",
+            due_of_any_limit!(),
+            "AND task_type = ?3 AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
+             WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
+             AND r.resource_key = t.resource_key AND ",
+            runs_serially_sql!(),
+            ")) ORDER BY priority DESC, run_at, created_at, id LIMIT ?4)) WHERE nth = 1) \
+             UPDATE task_run SET status = 'running', attempts = attempts + 1, lease_owner = ?1, \
+             lease_expires_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?2), \
+             started_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
+             updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), "
+        )
+    };
+}
+
+/// [`LIMITS`]'s `window_claim` (one text for every claim size).
+const WINDOW_CLAIM: &str = concat!(
+    "WITH lim AS (SELECT l.max_running AS m, CASE \
+     WHEN r.hi IS NULL THEN 0 WHEN r.hi + ?4 < l.max_running THEN r.hi + 1 \
+     WHEN r.lo >= ?4 THEN 0 END AS off \
+     FROM task_dedup_limits l, (SELECT (SELECT max(run_slot) FROM task_run \
+     WHERE task_type = ?3 AND status = 'running' AND run_slot >= 0) AS hi, \
+     (SELECT min(run_slot) FROM task_run \
+     WHERE task_type = ?3 AND status = 'running' AND run_slot >= 0) AS lo) AS r \
+     WHERE l.task_type = ?3 AND l.max_running IS NOT NULL \
+     AND l.max_running_per_user IS NULL AND l.rate_starts IS NULL AND NOT l.fair \
+     AND NOT EXISTS (SELECT 1 FROM task_run x WHERE x.task_type = ?3 \
+     AND x.status = 'running' AND (x.run_slot IS NULL OR x.run_slot >= l.max_running)) ",
+    no_limit_across_types!(),
+    "), ",
+    picked_and_started!(),
+    "run_slot = f.fslot \
+     FROM (SELECT pid, lim.off + pn - 1 AS fslot FROM picked, lim \
+     WHERE lim.off IS NOT NULL AND lim.off + pn - 1 < lim.m) AS f \
+     WHERE task_run.id = f.pid RETURNING ",
+    columns!()
+);
+
+/// [`LIMITS`]'s `slot_claim` (one text for every claim size).
+const SLOT_CLAIM: &str = concat!(
+    "WITH RECURSIVE lim AS (SELECT max_running AS m FROM task_dedup_limits \
+     WHERE task_type = ?3 AND max_running IS NOT NULL AND max_running_per_user IS NULL \
+     AND rate_starts IS NULL AND NOT fair ",
+    no_limit_across_types!(),
+    "), \
+     run AS (SELECT run_slot FROM task_run WHERE task_type = ?3 AND status = 'running'), \
+     series (s) AS (SELECT 0 FROM lim UNION ALL SELECT s + 1 FROM series, lim \
+     WHERE s + 1 < min(lim.m, ?4 + (SELECT count(*) FROM run))), \
+     free AS (SELECT s AS fslot, row_number() OVER (ORDER BY s) AS fn FROM series, lim \
+     WHERE NOT EXISTS (SELECT 1 FROM run WHERE run.run_slot IS NULL OR run.run_slot >= lim.m) \
+     AND NOT EXISTS (SELECT 1 FROM run WHERE run.run_slot = series.s)), ",
+    picked_and_started!(),
+    "run_slot = f.fslot \
+     FROM (SELECT pid, fslot FROM picked JOIN free ON free.fn = picked.pn) AS f \
+     WHERE task_run.id = f.pid RETURNING ",
+    columns!()
+);
+
 /// The limited claim runs in an IMMEDIATE transaction: its write lock is the type's
 /// lock, so `lock` and the candidates need no locking clause.
 pub(crate) const LIMITS: Limits = Limits {
@@ -478,76 +546,9 @@ pub(crate) const LIMITS: Limits = Limits {
     // Writers take turns on SQLite, so no other claim takes the same slots: those just
     // above the highest running slot, or else those below the lowest (each a seek in
     // `task_run_slot_uidx`), where the limit leaves room for a whole batch.
-    window_claim: Some(|_| {
-        concat!(
-            "WITH lim AS (SELECT l.max_running AS m, CASE \
-         WHEN r.hi IS NULL THEN 0 WHEN r.hi + ?4 < l.max_running THEN r.hi + 1 \
-         WHEN r.lo >= ?4 THEN 0 END AS off \
-         FROM task_dedup_limits l, (SELECT (SELECT max(run_slot) FROM task_run \
-         WHERE task_type = ?3 AND status = 'running' AND run_slot >= 0) AS hi, \
-         (SELECT min(run_slot) FROM task_run \
-         WHERE task_type = ?3 AND status = 'running' AND run_slot >= 0) AS lo) AS r \
-         WHERE l.task_type = ?3 AND l.max_running IS NOT NULL \
-         AND l.max_running_per_user IS NULL AND l.rate_starts IS NULL AND NOT l.fair \
-         AND NOT EXISTS (SELECT 1 FROM task_run x WHERE x.task_type = ?3 \
-         AND x.status = 'running' AND (x.run_slot IS NULL OR x.run_slot >= l.max_running)) ",
-            no_limit_across_types!(),
-            "), \
-         picked AS (SELECT id AS pid, row_number() OVER (ORDER BY priority DESC, run_at, created_at, id) AS pn \
-         FROM (SELECT id, priority, run_at, created_at, row_number() OVER (PARTITION BY user_id, \
-         resource_key, CASE WHEN concurrent THEN id END \
-         ORDER BY priority DESC, run_at, created_at, id) AS nth \
-         FROM (SELECT id, user_id, resource_key, concurrent, priority, run_at, created_at FROM ",
-            due_of_any_limit!(),
-            "AND task_type = ?3 AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
-         WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
-         AND r.resource_key = t.resource_key AND ",
-            runs_serially_sql!(),
-            ")) ORDER BY priority DESC, run_at, created_at, id LIMIT ?4)) WHERE nth = 1) \
-         UPDATE task_run SET status = 'running', attempts = attempts + 1, lease_owner = ?1, \
-         lease_expires_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?2), \
-         started_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
-         updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), run_slot = f.fslot \
-         FROM (SELECT pid, lim.off + pn - 1 AS fslot FROM picked, lim \
-         WHERE lim.off IS NOT NULL AND lim.off + pn - 1 < lim.m) AS f \
-         WHERE task_run.id = f.pid RETURNING ",
-            columns!()
-        )
-    }),
+    window_claim: Some(|_| WINDOW_CLAIM),
     // The lowest free slots.
-    slot_claim: Some(|_| {
-        concat!(
-            "WITH RECURSIVE lim AS (SELECT max_running AS m FROM task_dedup_limits \
-         WHERE task_type = ?3 AND max_running IS NOT NULL AND max_running_per_user IS NULL \
-         AND rate_starts IS NULL AND NOT fair ",
-            no_limit_across_types!(),
-            "), \
-         run AS (SELECT run_slot FROM task_run WHERE task_type = ?3 AND status = 'running'), \
-         series (s) AS (SELECT 0 FROM lim UNION ALL SELECT s + 1 FROM series, lim \
-         WHERE s + 1 < min(lim.m, ?4 + (SELECT count(*) FROM run))), \
-         free AS (SELECT s AS fslot, row_number() OVER (ORDER BY s) AS fn FROM series, lim \
-         WHERE NOT EXISTS (SELECT 1 FROM run WHERE run.run_slot IS NULL OR run.run_slot >= lim.m) \
-         AND NOT EXISTS (SELECT 1 FROM run WHERE run.run_slot = series.s)), \
-         picked AS (SELECT id AS pid, row_number() OVER (ORDER BY priority DESC, run_at, created_at, id) AS pn \
-         FROM (SELECT id, priority, run_at, created_at, row_number() OVER (PARTITION BY user_id, \
-         resource_key, CASE WHEN concurrent THEN id END \
-         ORDER BY priority DESC, run_at, created_at, id) AS nth \
-         FROM (SELECT id, user_id, resource_key, concurrent, priority, run_at, created_at FROM ",
-            due_of_any_limit!(),
-            "AND task_type = ?3 AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
-         WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
-         AND r.resource_key = t.resource_key AND ",
-            runs_serially_sql!(),
-            ")) ORDER BY priority DESC, run_at, created_at, id LIMIT ?4)) WHERE nth = 1) \
-         UPDATE task_run SET status = 'running', attempts = attempts + 1, lease_owner = ?1, \
-         lease_expires_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?2), \
-         started_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
-         updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), run_slot = f.fslot \
-         FROM (SELECT pid, fslot FROM picked JOIN free ON free.fn = picked.pn) AS f \
-         WHERE task_run.id = f.pid RETURNING ",
-            columns!()
-        )
-    }),
+    slot_claim: Some(|_| SLOT_CLAIM),
     candidates: |_, _| {
         Cow::Borrowed(concat!(
             "SELECT id, user_id, task_type, resource_key, concurrent FROM ",
