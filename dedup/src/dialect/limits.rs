@@ -42,24 +42,34 @@ pub(crate) struct Limits {
     /// MySQL/MariaDB: a locking read, as [`running`](Self::running). No parameters.
     pub running_users: &'static str,
     /// The claim of a type whose only limit is `max_running`, in one statement and
-    /// without the type's lock (PostgreSQL and SQLite; `None` elsewhere): the next due
-    /// tasks of the type, one per key, each given a free run slot below the limit (on
-    /// PostgreSQL from a random one on, so that concurrent claims seldom pick the same;
-    /// only as many slots are looked at as it may need, not all the limit's); a slot
-    /// taken meanwhile by another claim fails it in `task_run_slot_uidx`
+    /// without the type's lock (PostgreSQL; `None` elsewhere): the next due tasks of the
+    /// type, one per key, each given a free run slot below the limit (from a random one
+    /// on, so that concurrent claims seldom pick the same; only as many slots are
+    /// looked at as it may need, not all the limit's); a slot taken meanwhile by
+    /// another claim fails it in `task_run_slot_uidx`
     /// ([`Kind::SlotTaken`](super::Kind::SlotTaken)). Starts nothing when the type has
     /// other limits, or while one of its running tasks holds no slot below the limit
     /// (started before the limit, or before it was lowered): the locked claim counts
     /// those. Parameters: worker_id, lease, the type, how many.
     pub slot_claim: Option<fn(i64) -> &'static str>,
-    /// The first try of a type whose only limit is `max_running` (PostgreSQL; `None`
-    /// elsewhere): as [`slot_claim`](Self::slot_claim), with the slots of a random
-    /// range that no running task holds (a few ranges are probed in
-    /// `task_run_slot_uidx`), without reading every running task's slot; so about the
-    /// cost of a claim without limits while the limit is far from reached. Starts
-    /// nothing when no range it tried was free: then `slot_claim` runs. Same
-    /// parameters.
+    /// The first try of a type whose only limit is `max_running` (PostgreSQL and
+    /// SQLite; `None` elsewhere), one statement without the type's lock: the next due
+    /// tasks of the type, one per key, as many as the limit leaves. PostgreSQL: as
+    /// [`slot_claim`](Self::slot_claim), with the slots of a random range that no
+    /// running task holds (a few ranges are probed in `task_run_slot_uidx`), without
+    /// reading every running task's slot; it starts nothing when no range it tried was
+    /// free, and then `slot_claim` runs. SQLite: the type's running tasks counted in the
+    /// statement (writers take turns, so the count holds until it commits) and no run
+    /// slot. Same parameters.
     pub window_claim: Option<fn(i64) -> &'static str>,
+    /// [`window_claim`](Self::window_claim) without the probe for running tasks of the
+    /// keys and without the one-per-key step (PostgreSQL and SQLite; `None` elsewhere),
+    /// as the main claim's optimistic form: `task_running_resource_uidx` fails it
+    /// ([`Kind::RunningKey`](super::Kind::RunningKey)) when it picked a task whose key
+    /// runs, or two of one key, and then it took nothing and the probing form runs. Run
+    /// when the main claim would run optimistically (`lifecycle::claim_mode`). Same
+    /// parameters.
+    pub optimistic_window_claim: Option<fn(i64) -> &'static str>,
     /// MySQL/MariaDB's first try for a type whose only limit is `max_running` (`None`
     /// elsewhere): the limit `m` and each running task's `slot` (`NULL`: none), one row
     /// per running task, or one with `status` `NULL` when none runs; no row when the
@@ -125,6 +135,13 @@ pub(crate) mod tests {
             (
                 "window_claim",
                 limits.window_claim.map_or("-", |of| of(PINNED_MAX)).into(),
+            ),
+            (
+                "optimistic_window_claim",
+                limits
+                    .optimistic_window_claim
+                    .map_or("-", |of| of(PINNED_MAX))
+                    .into(),
             ),
             ("read_slots", limits.read_slots.unwrap_or("-").into()),
             (

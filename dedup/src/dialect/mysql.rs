@@ -489,6 +489,7 @@ pub(crate) const LIMITS: Limits = Limits {
               WHERE task_type = ? AND status = 'running' LOCK IN SHARE MODE",
     running_users: "SELECT user_id FROM task_run WHERE status = 'running' LOCK IN SHARE MODE",
     window_claim: None,
+    optimistic_window_claim: None,
     // `task_run_type_status_created_idx` finds the running tasks. A plain read: a slot
     // taken by a claim it does not see fails that update in `task_run_slot_uidx`.
     read_slots: Some(

@@ -701,9 +701,12 @@ macro_rules! one_per_key_of_type {
     };
 }
 
-/// [`LIMITS`]'s one-statement claims, per bound ([`bounded!`]).
-macro_rules! window_claim {
-    ($bound:literal) => {
+/// The window claims up to their selection of tasks (`unnest(ARRAY(`, closed by
+/// [`window_end!`]): the limit `m` and a free range of slots from `off` (four random
+/// tries), provided no running task of the type holds no slot below the limit; then
+/// the tasks' start, each with the slot of its position.
+macro_rules! window_start {
+    () => {
         concat!(
             "WITH lim AS (SELECT l.max_running AS m, w.off FROM task_dedup_limits l \
              CROSS JOIN LATERAL (SELECT c.off FROM (SELECT floor(random() * \
@@ -719,20 +722,58 @@ macro_rules! window_claim {
             ") ",
             start_tasks!(),
             "run_slot = lim.off + s.n - 1 \
-             FROM lim, unnest(ARRAY(SELECT id FROM (SELECT DISTINCT ON \
-             (user_id, resource_key, CASE WHEN concurrent THEN id END) \
-             id, priority, run_at, created_at \
-             FROM ",
-            one_per_key_of_type!($bound),
-            ") AS one_per_key \
-             ORDER BY priority DESC, run_at, created_at, id)) WITH ORDINALITY AS s (sid, n) \
+             FROM lim, unnest(ARRAY("
+        )
+    };
+}
+
+/// The end of the window claims, after their selection of ids in claim order: each
+/// task's slot is its position from `off`.
+macro_rules! window_end {
+    () => {
+        concat!(
+            ")) WITH ORDINALITY AS s (sid, n) \
              WHERE task_run.id = s.sid AND s.n <= lim.m \
              RETURNING ",
             columns!()
         )
     };
 }
+
+/// [`LIMITS`]'s one-statement claims, per bound ([`bounded!`]).
+macro_rules! window_claim {
+    ($bound:literal) => {
+        concat!(
+            window_start!(),
+            "SELECT id FROM (SELECT DISTINCT ON \
+             (user_id, resource_key, CASE WHEN concurrent THEN id END) \
+             id, priority, run_at, created_at \
+             FROM ",
+            one_per_key_of_type!($bound),
+            ") AS one_per_key \
+             ORDER BY priority DESC, run_at, created_at, id",
+            window_end!()
+        )
+    };
+}
 const WINDOW_CLAIM: [&str; BOUNDS] = bounded!(window_claim);
+
+/// [`window_claim!`] with the optimistic claim's selection: no probe of the keys, no
+/// `DISTINCT ON`.
+macro_rules! optimistic_window_claim {
+    ($bound:literal) => {
+        concat!(
+            window_start!(),
+            "SELECT id FROM (SELECT id ",
+            due_of_any_limit!(),
+            "AND task_type = $3 ORDER BY priority DESC, run_at, created_at, id LIMIT ",
+            $bound,
+            " FOR UPDATE SKIP LOCKED) AS bounded LIMIT $4",
+            window_end!()
+        )
+    };
+}
+const OPTIMISTIC_WINDOW_CLAIM: [&str; BOUNDS] = bounded!(optimistic_window_claim);
 
 macro_rules! slot_claim {
     ($bound:literal) => {
@@ -827,6 +868,7 @@ pub(crate) const LIMITS: Limits = Limits {
     // range probe of `task_run_slot_uidx`; four tries): no read of the running tasks'
     // slots, and no join of tasks to free slots. Ids and slots are paired by position.
     window_claim: Some(|max| WINDOW_CLAIM[bound(max)]),
+    optimistic_window_claim: Some(|max| OPTIMISTIC_WINDOW_CLAIM[bound(max)]),
     slot_claim: Some(|max| SLOT_CLAIM[bound(max)]),
     candidates: |_, max| Cow::Borrowed(CANDIDATES[bound(max)]),
     rest_candidates: |_, _, max| Cow::Borrowed(REST_CANDIDATES[bound(max)]),

@@ -462,9 +462,9 @@ macro_rules! now_micros {
     };
 }
 
-/// The one-statement claims' `picked` (the next `?4` due tasks of type `?3` whose key
-/// does not run unless `concurrent`, one per key, numbered in claim order) and the
-/// start of their `UPDATE` up to the run slot (`f`: the picked ids with their slots).
+/// The window claim's `picked` (the next `?4` due tasks of type `?3` whose key does not
+/// run unless `concurrent`, one per key, numbered in claim order) and the start of its
+/// `UPDATE` up to the run slot.
 macro_rules! picked_and_started {
     () => {
         concat!(
@@ -487,46 +487,48 @@ macro_rules! picked_and_started {
     };
 }
 
-/// [`LIMITS`]'s `window_claim` (one text for every claim size).
+/// The room a type whose only limit is `max_running` has: the limit less its running
+/// tasks, counted in the claim's own statement (one writer at a time: no other claim
+/// starts a task between the count and the start). No row for a type with other
+/// limits, or while a limit across all types is set.
+macro_rules! window_room {
+    () => {
+        concat!(
+            "SELECT l.max_running - (SELECT count(*) FROM task_run x \
+             WHERE x.task_type = ?3 AND x.status = 'running') AS room \
+             FROM task_dedup_limits l \
+             WHERE l.task_type = ?3 AND l.max_running IS NOT NULL \
+             AND l.max_running_per_user IS NULL AND l.rate_starts IS NULL AND NOT l.fair ",
+            no_limit_across_types!()
+        )
+    };
+}
+
+/// [`LIMITS`]'s `window_claim` (one text for every claim size): the picked tasks that
+/// the room leaves, without run slots.
 const WINDOW_CLAIM: &str = concat!(
-    "WITH lim AS (SELECT l.max_running AS m, CASE \
-     WHEN r.hi IS NULL THEN 0 WHEN r.hi + ?4 < l.max_running THEN r.hi + 1 \
-     WHEN r.lo >= ?4 THEN 0 END AS off \
-     FROM task_dedup_limits l, (SELECT (SELECT max(run_slot) FROM task_run \
-     WHERE task_type = ?3 AND status = 'running' AND run_slot >= 0) AS hi, \
-     (SELECT min(run_slot) FROM task_run \
-     WHERE task_type = ?3 AND status = 'running' AND run_slot >= 0) AS lo) AS r \
-     WHERE l.task_type = ?3 AND l.max_running IS NOT NULL \
-     AND l.max_running_per_user IS NULL AND l.rate_starts IS NULL AND NOT l.fair \
-     AND NOT EXISTS (SELECT 1 FROM task_run x WHERE x.task_type = ?3 \
-     AND x.status = 'running' AND (x.run_slot IS NULL OR x.run_slot >= l.max_running)) ",
-    no_limit_across_types!(),
+    "WITH lim AS (",
+    window_room!(),
     "), ",
     picked_and_started!(),
-    "run_slot = f.fslot \
-     FROM (SELECT pid, lim.off + pn - 1 AS fslot FROM picked, lim \
-     WHERE lim.off IS NOT NULL AND lim.off + pn - 1 < lim.m) AS f \
-     WHERE task_run.id = f.pid RETURNING ",
+    "run_slot = NULL WHERE id IN (SELECT pid FROM picked, lim WHERE pn <= lim.room) \
+     RETURNING ",
     columns!()
 );
 
-/// [`LIMITS`]'s `slot_claim` (one text for every claim size).
-const SLOT_CLAIM: &str = concat!(
-    "WITH RECURSIVE lim AS (SELECT max_running AS m FROM task_dedup_limits \
-     WHERE task_type = ?3 AND max_running IS NOT NULL AND max_running_per_user IS NULL \
-     AND rate_starts IS NULL AND NOT fair ",
-    no_limit_across_types!(),
-    "), \
-     run AS (SELECT run_slot FROM task_run WHERE task_type = ?3 AND status = 'running'), \
-     series (s) AS (SELECT 0 FROM lim UNION ALL SELECT s + 1 FROM series, lim \
-     WHERE s + 1 < min(lim.m, ?4 + (SELECT count(*) FROM run))), \
-     free AS (SELECT s AS fslot, row_number() OVER (ORDER BY s) AS fn FROM series, lim \
-     WHERE NOT EXISTS (SELECT 1 FROM run WHERE run.run_slot IS NULL OR run.run_slot >= lim.m) \
-     AND NOT EXISTS (SELECT 1 FROM run WHERE run.run_slot = series.s)), ",
-    picked_and_started!(),
-    "run_slot = f.fslot \
-     FROM (SELECT pid, fslot FROM picked JOIN free ON free.fn = picked.pn) AS f \
-     WHERE task_run.id = f.pid RETURNING ",
+/// [`LIMITS`]'s `optimistic_window_claim`: the next due tasks of the type, as many as
+/// the room leaves (none without a room: a negative `LIMIT` would be none at all).
+const OPTIMISTIC_WINDOW_CLAIM: &str = concat!(
+    "UPDATE task_run SET status = 'running', attempts = attempts + 1, lease_owner = ?1, \
+     lease_expires_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?2), \
+     started_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
+     updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), run_slot = NULL \
+     WHERE id IN (SELECT id FROM ",
+    due_of_any_limit!(),
+    "AND task_type = ?3 ORDER BY priority DESC, run_at, created_at, id \
+     LIMIT max(0, min(?4, coalesce((",
+    window_room!(),
+    "), 0)))) RETURNING ",
     columns!()
 );
 
@@ -543,12 +545,12 @@ pub(crate) const LIMITS: Limits = Limits {
     running: "SELECT user_id, run_slot FROM task_run WHERE task_type = ? AND status = 'running'",
     running_users: "SELECT user_id FROM task_run WHERE status = 'running'",
     read_slots: None,
-    // Writers take turns on SQLite, so no other claim takes the same slots: those just
-    // above the highest running slot, or else those below the lowest (each a seek in
-    // `task_run_slot_uidx`), where the limit leaves room for a whole batch.
+    // Writers take turns on SQLite, so a count in the claim's statement is exact and no
+    // run slot is needed: the window claims start what the count leaves, and a type at
+    // its limit has no other lock-free try.
     window_claim: Some(|_| WINDOW_CLAIM),
-    // The lowest free slots.
-    slot_claim: Some(|_| SLOT_CLAIM),
+    optimistic_window_claim: Some(|_| OPTIMISTIC_WINDOW_CLAIM),
+    slot_claim: None,
     candidates: |_, _| {
         Cow::Borrowed(concat!(
             "SELECT id, user_id, task_type, resource_key, concurrent FROM ",

@@ -26,9 +26,10 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
+use super::claim_mode;
 use crate::connect::retry::Retrying;
-use crate::dialect::Failure;
 use crate::dialect::limits::ALL_TYPES;
+use crate::dialect::{Claim, Failure};
 use crate::executor::Executor;
 use crate::executor::limits::{Candidate, LimitRow};
 use crate::maintenance::limits::window;
@@ -47,8 +48,9 @@ const FAIR_WALK: i64 = 64;
 
 /// Claims up to `max` due tasks of the limited `task_type`, as its limits allow: first
 /// the one-statement claims of a type whose only limit is `max_running` (where the
-/// dialect has them; they start nothing otherwise), a random range of free slots, then
-/// the free slots read, then, for what they left, the locked claim.
+/// dialect has them; they start nothing otherwise), a random range of free slots
+/// (SQLite: the room counted), then the free slots read, then, for what they left, the
+/// locked claim.
 ///
 /// With a limit across all types set (`across`), only the locked claim: the others do
 /// not count a user's tasks of other types.
@@ -66,6 +68,12 @@ pub(super) async fn claim<C: DedupConnection>(
     let mut races = 0;
     let mut claimed = Vec::new();
     let mut stage = if across { Stage::Locked } else { Stage::Window };
+    // The window claim's form, as the main claim's: optimistic on a queue of distinct
+    // keys, probing for a while after it met a running key.
+    let mut how = match stage {
+        Stage::Window => claim_mode::choose(exec).await,
+        _ => Claim::Probing,
+    };
     loop {
         let want = max - claimed.len() as i64;
         let attempt = async {
@@ -76,19 +84,31 @@ pub(super) async fn claim<C: DedupConnection>(
                     txn.finish(outcome).await
                 }
                 Stage::Window | Stage::Slots => {
-                    by_slots(exec, stage, worker_id, task_type, lease_micros, want).await
+                    by_slots(exec, stage, how, worker_id, task_type, lease_micros, want).await
                 }
             };
             match outcome {
+                // The optimistic window claim picked a task whose key runs.
+                Err(failure)
+                    if failure.is_running_key()
+                        && how == Claim::Optimistic
+                        && stage == Stage::Window =>
+                {
+                    Ok(Err(Lost::RunningKey))
+                }
                 // Another claim took a picked slot first, or started a task of a picked
                 // key (a claim of the key outside the limits: a `concurrent` follow-up's).
-                Err(failure) if failure.is_lost_claim_race() => Ok(None),
-                outcome => Ok(Some(outcome?)),
+                Err(failure) if failure.is_lost_claim_race() => Ok(Err(Lost::Race)),
+                outcome => Ok(Ok(outcome?)),
             }
         };
         // Boxed, as in `retried`.
         match retrying.run(Box::pin(attempt)).await {
-            Some(Ok(Some(tasks))) => {
+            Some(Ok(Err(Lost::RunningKey))) => {
+                claim_mode::met_running_key(exec);
+                how = Claim::Probing;
+            }
+            Some(Ok(Ok(tasks))) => {
                 let full = tasks.len() as i64 == want;
                 claimed.extend(tasks);
                 stage = match stage {
@@ -98,20 +118,31 @@ pub(super) async fn claim<C: DedupConnection>(
                     Stage::Locked => return Ok(claimed),
                 };
             }
-            Some(Ok(None)) if races < super::claim::MAX_CLAIM_RACES => races += 1,
-            Some(Ok(None)) => return Ok(claimed),
+            Some(Ok(Err(Lost::Race))) if races < super::claim::MAX_CLAIM_RACES => races += 1,
+            Some(Ok(Err(Lost::Race))) => return Ok(claimed),
             Some(Err(err)) => return Err(err),
             None => {}
         }
     }
 }
 
+/// Why a lock-free try of a limited type's claim took nothing: it runs again.
+enum Lost {
+    /// Another claim took a picked slot first, or started a task of a picked key.
+    Race,
+    /// The optimistic window claim picked a task whose key runs (or two of one key):
+    /// the probing form runs instead.
+    RunningKey,
+}
+
 /// The tries of a limited type's claim, cheapest first; each takes what the one before
 /// left.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Stage {
-    /// A random range of free slots (`Limits::window_claim`), or the slots read and
-    /// the free ones picked (`Limits::read_slots`, [`by_read_slots`]).
+    /// A random range of free slots (`Limits::window_claim`, or its optimistic form
+    /// where the main claim would be optimistic; SQLite: the room counted in the
+    /// statement), or the slots read and the free ones picked (`Limits::read_slots`,
+    /// [`by_read_slots`]).
     Window,
     /// The free slots, read (`Limits::slot_claim`).
     Slots,
@@ -120,12 +151,14 @@ enum Stage {
 }
 
 /// The lock-free claim of a type whose only limit is `max_running` at `stage`
-/// (`Window`: `Limits::window_claim`, or MySQL/MariaDB's [`by_read_slots`]; `Slots`:
+/// (`Window`: `Limits::window_claim` or, `how` optimistic, its optimistic form, or
+/// MySQL/MariaDB's [`by_read_slots`]; `Slots`:
 /// `Limits::slot_claim`): none where the dialect has none. In the caller's transaction,
 /// a savepoint: a slot another claim took (a unique violation) would otherwise abort it.
 async fn by_slots(
     exec: &mut Executor<'_>,
     stage: Stage,
+    how: Claim,
     worker_id: &str,
     task_type: &str,
     lease_micros: i64,
@@ -144,7 +177,10 @@ async fn by_slots(
             let outcome = by_read_slots(&mut txn, worker_id, task_type, lease_micros, max).await;
             return txn.finish(outcome).await;
         }
-        Stage::Window => limits.window_claim,
+        Stage::Window => match (how, limits.optimistic_window_claim) {
+            (Claim::Optimistic, Some(optimistic)) => Some(optimistic),
+            _ => limits.window_claim,
+        },
         Stage::Slots | Stage::Locked => limits.slot_claim,
     };
     let Some(sql) = statement.map(|of| of(max)) else {
