@@ -77,6 +77,13 @@ pub(crate) struct Limits {
     /// due tasks with them in the same transaction, without the type's lock. Parameter:
     /// the type.
     pub read_slots: Option<&'static str>,
+    /// MySQL/MariaDB's candidates for [`read_slots`](Self::read_slots)' claim in the
+    /// optimistic form (`None` elsewhere): [`candidates`](Self::candidates) without the
+    /// probe for running tasks of the keys and without users to pass over; a picked
+    /// task whose key runs fails the claim's update in `task_running_resource_uidx`
+    /// ([`Kind::RunningKey`](super::Kind::RunningKey)), and the probing form runs.
+    /// Parameters: the type, how many.
+    pub optimistic_candidates: Option<&'static str>,
     /// The next due tasks of one type, as the claims select them (not paused, none of a
     /// key with a task running unless `concurrent`), in claim order, locked and skipping
     /// rows other claimers hold: `id`, `user_id`, `task_type`, `resource_key`, `concurrent`.
@@ -147,6 +154,10 @@ pub(crate) mod tests {
             (
                 "slot_claim",
                 limits.slot_claim.map_or("-", |of| of(PINNED_MAX)).into(),
+            ),
+            (
+                "optimistic_candidates",
+                limits.optimistic_candidates.unwrap_or("-").into(),
             ),
             ("candidates", (limits.candidates)(2, PINNED_MAX)),
             ("running_users", limits.running_users.into()),

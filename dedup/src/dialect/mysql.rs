@@ -500,6 +500,12 @@ pub(crate) const LIMITS: Limits = Limits {
          AND NOT EXISTS (SELECT 1 FROM task_dedup_limits a WHERE a.task_type = '')",
     ),
     slot_claim: None,
+    optimistic_candidates: Some(concat!(
+        "SELECT id, user_id, task_type, resource_key, concurrent FROM task_run t ",
+        due_of_any_limit!(),
+        "AND task_type = ? ",
+        claim_order!()
+    )),
     candidates: |excluded, _| {
         let mut sql = String::from(concat!(
             "SELECT id, user_id, task_type, resource_key, concurrent FROM task_run t ",

@@ -870,6 +870,7 @@ pub(crate) const LIMITS: Limits = Limits {
     window_claim: Some(|max| WINDOW_CLAIM[bound(max)]),
     optimistic_window_claim: Some(|max| OPTIMISTIC_WINDOW_CLAIM[bound(max)]),
     slot_claim: Some(|max| SLOT_CLAIM[bound(max)]),
+    optimistic_candidates: None,
     candidates: |_, max| Cow::Borrowed(CANDIDATES[bound(max)]),
     rest_candidates: |_, _, max| Cow::Borrowed(REST_CANDIDATES[bound(max)]),
     // `task_run_user_queue_idx (task_type, user_id, ...) WHERE status = 'queued'`

@@ -551,6 +551,7 @@ pub(crate) const LIMITS: Limits = Limits {
     window_claim: Some(|_| WINDOW_CLAIM),
     optimistic_window_claim: Some(|_| OPTIMISTIC_WINDOW_CLAIM),
     slot_claim: None,
+    optimistic_candidates: None,
     candidates: |_, _| {
         Cow::Borrowed(concat!(
             "SELECT id, user_id, task_type, resource_key, concurrent FROM ",

@@ -187,6 +187,22 @@ impl Executor<'_> {
 
     /// Up to `max` due tasks of `task_type` in claim order, none of `excluded` users,
     /// locked (SQLite: under the transaction's write lock).
+    /// Up to `max` due tasks of `task_type` for the optimistic form of the claim by
+    /// read slots (`Limits::optimistic_candidates`); `None` where the dialect has none.
+    pub(crate) async fn optimistic_candidates(
+        &mut self,
+        task_type: &str,
+        max: i64,
+    ) -> Result<Option<Vec<Candidate>>, Failure> {
+        let Some(sql) = self.dialect.limits().optimistic_candidates else {
+            return Ok(None);
+        };
+        let rows = self
+            .rows(sql, vec![Arg::Str(task_type), Arg::I64(max)])
+            .await?;
+        candidates(&rows).map(Some)
+    }
+
     pub(crate) async fn limited_candidates(
         &mut self,
         task_type: &str,

@@ -174,7 +174,8 @@ async fn by_slots(
                 return Ok(Vec::new());
             }
             let mut txn = exec.begin(false).await?;
-            let outcome = by_read_slots(&mut txn, worker_id, task_type, lease_micros, max).await;
+            let outcome =
+                by_read_slots(&mut txn, how, worker_id, task_type, lease_micros, max).await;
             return txn.finish(outcome).await;
         }
         Stage::Window => match (how, limits.optimistic_window_claim) {
@@ -202,12 +203,15 @@ async fn by_slots(
 /// The first try where the dialect reads the slots (`Limits::read_slots`,
 /// MySQL/MariaDB), in a transaction without the type's lock: the limit and the running
 /// tasks' slots, the next due tasks (locked, passing over those other claims hold; one
-/// per key), each started with a free slot from a random one on. Starts nothing while a
+/// per key; `how` optimistic, without the probe for running tasks of their keys, whose
+/// update then fails in `task_running_resource_uidx` when one runs), each started with
+/// a free slot from a random one on. Starts nothing while a
 /// running task holds no slot below the limit (the locked claim counts those). A slot
 /// that a claim this read did not see took meanwhile fails the update in
 /// `task_run_slot_uidx`, and the claim runs again.
 async fn by_read_slots(
     txn: &mut Executor<'_>,
+    how: Claim,
     worker_id: &str,
     task_type: &str,
     lease_micros: i64,
@@ -227,7 +231,14 @@ async fn by_read_slots(
     if room <= 0 {
         return Ok(Vec::new());
     }
-    let candidates = txn.limited_candidates(task_type, &[], room).await?;
+    let optimistic = match how {
+        Claim::Optimistic => txn.optimistic_candidates(task_type, room).await?,
+        Claim::Probing => None,
+    };
+    let candidates = match optimistic {
+        Some(candidates) => candidates,
+        None => txn.limited_candidates(task_type, &[], room).await?,
+    };
     let mut keys = HashSet::with_capacity(candidates.len());
     let mut ids: Vec<Uuid> = candidates
         .iter()
