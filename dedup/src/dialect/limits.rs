@@ -6,9 +6,11 @@
 //! A limited type is claimed in a transaction of its own that first locks the type's
 //! row ([`Limits::lock`]; SQLite: the transaction's write lock), so its claims run one
 //! at a time across every process, and each counts the type's running tasks afresh
-//! ([`Limits::running`]) after the previous one committed. Every other claim passes
-//! over limited types (the main claims' "not limited" probe), so no task of a limited
-//! type starts but under its row's lock.
+//! ([`Limits::running`]) after the previous one committed. A type whose only limit is
+//! `max_running` is first tried without the lock: run slots under a unique index
+//! (PostgreSQL, MySQL/MariaDB) or a count in the claim's own statement (SQLite). Every
+//! other claim passes over limited types (the main claims' "not limited" probe), so no
+//! task of a limited type starts but under its limits.
 
 use std::borrow::Cow;
 

@@ -185,8 +185,6 @@ impl Executor<'_> {
         Ok(Some((limit, running)))
     }
 
-    /// Up to `max` due tasks of `task_type` in claim order, none of `excluded` users,
-    /// locked (SQLite: under the transaction's write lock).
     /// Up to `max` due tasks of `task_type` for the optimistic form of the claim by
     /// read slots (`Limits::optimistic_candidates`); `None` where the dialect has none.
     pub(crate) async fn optimistic_candidates(
@@ -203,6 +201,8 @@ impl Executor<'_> {
         candidates(&rows).map(Some)
     }
 
+    /// Up to `max` due tasks of `task_type` in claim order, none of `excluded` users,
+    /// locked (SQLite: under the transaction's write lock).
     pub(crate) async fn limited_candidates(
         &mut self,
         task_type: &str,
