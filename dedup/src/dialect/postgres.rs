@@ -703,7 +703,7 @@ macro_rules! one_per_key_of_type {
 
 /// The window claims up to their selection of tasks (`unnest(ARRAY(`, closed by
 /// [`window_end!`]): the limit `m` and a free range of slots from `off` (four random
-/// tries), provided no running task of the type holds no slot below the limit; then
+/// tries), provided every running task of the type holds a slot below the limit; then
 /// the tasks' start, each with the slot of its position.
 macro_rules! window_start {
     () => {
