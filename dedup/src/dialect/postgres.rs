@@ -173,14 +173,9 @@ macro_rules! due_of_any_limit {
 /// The probing claim up to its selection's `ORDER BY` ([`claim_end!`] closes it):
 /// `claim_any` and `claim_types` differ in which tasks they select.
 ///
-/// One run per key: a task is due only if no task of its key runs (a probe of
-/// `task_running_resource_uidx`, whose predicate it repeats), unless it is `concurrent`.
+/// One run per key: a task is due only if no task of its key runs ([`key_not_running!`]).
 /// Blocked tasks are passed over in the scan, so a batch fills from unblocked keys
-/// however many wait ahead of them. `OFFSET 0` keeps the probe one index lookup per
-/// candidate: without it PostgreSQL turned the `EXISTS` into a hashed subplan that read
-/// the whole index per claim, dead entries of every task that ran since the last vacuum
-/// included (10,048 entries for 32 running tasks in a drain; the drain of distinct keys
-/// was 23 % slower).
+/// however many wait ahead of them.
 macro_rules! claim_set {
     () => {
         concat!(
@@ -190,11 +185,39 @@ macro_rules! claim_set {
              FROM (SELECT * FROM (SELECT id, user_id, task_type, resource_key, concurrent, \
              priority, run_at, created_at ",
             due!(),
+            key_not_running!()
+        )
+    };
+}
+
+/// A candidate `t` no task of whose key runs (a probe of `task_running_resource_uidx`,
+/// whose predicate it repeats), unless it is `concurrent`. `OFFSET 0` keeps the probe
+/// one index lookup per candidate: without it PostgreSQL turned the `EXISTS` into a
+/// hashed subplan that read the whole index per claim, dead entries of every task that
+/// ran since the last vacuum included (10,048 entries for 32 running tasks in a drain;
+/// the drain of distinct keys was 23 % slower).
+macro_rules! key_not_running {
+    () => {
+        concat!(
             "AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
              WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
              AND r.resource_key = t.resource_key AND ",
             runs_serially_sql!(),
             " OFFSET 0)) "
+        )
+    };
+}
+
+/// The end of every claim's locked selection: in claim order, at most `$bound` rows
+/// locked as the outer `LIMIT $limit` pulls them (see [`bounded!`]), skipping rows
+/// other claimers hold.
+macro_rules! locked_in_claim_order {
+    ($limit:literal, $bound:literal) => {
+        concat!(
+            "ORDER BY priority DESC, run_at, created_at, id LIMIT ",
+            $bound,
+            " FOR UPDATE SKIP LOCKED) AS bounded LIMIT ",
+            $limit
         )
     };
 }
@@ -207,10 +230,7 @@ macro_rules! claim_set {
 macro_rules! claim_end {
     ($limit:literal, $bound:literal) => {
         concat!(
-            "ORDER BY priority DESC, run_at, created_at, id LIMIT ",
-            $bound,
-            " FOR UPDATE SKIP LOCKED) AS bounded LIMIT ",
-            $limit,
+            locked_in_claim_order!($limit, $bound),
             ") AS due \
              ORDER BY user_id, task_type, resource_key, CASE WHEN concurrent THEN id END, \
              priority DESC, run_at, created_at, id)) \
@@ -228,10 +248,7 @@ macro_rules! claim_end {
 macro_rules! optimistic_end {
     ($limit:literal, $bound:literal) => {
         concat!(
-            "ORDER BY priority DESC, run_at, created_at, id LIMIT ",
-            $bound,
-            " FOR UPDATE SKIP LOCKED) AS bounded LIMIT ",
-            $limit,
+            locked_in_claim_order!($limit, $bound),
             ")) RETURNING ",
             columns!()
         )
@@ -688,13 +705,10 @@ macro_rules! one_per_key_of_type {
             "(SELECT * FROM (SELECT id, user_id, resource_key, concurrent, priority, run_at, \
              created_at ",
             due_of_any_limit!(),
-            "AND task_type = $3 AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
-             WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
-             AND r.resource_key = t.resource_key AND ",
-            runs_serially_sql!(),
-            " OFFSET 0)) ORDER BY priority DESC, run_at, created_at, id LIMIT ",
-            $bound,
-            " FOR UPDATE SKIP LOCKED) AS bounded LIMIT $4) AS due \
+            "AND task_type = $3 ",
+            key_not_running!(),
+            locked_in_claim_order!("$4", $bound),
+            ") AS due \
              ORDER BY user_id, resource_key, CASE WHEN concurrent THEN id END, \
              priority DESC, run_at, created_at, id"
         )
@@ -766,9 +780,8 @@ macro_rules! optimistic_window_claim {
             window_start!(),
             "SELECT id FROM (SELECT id ",
             due_of_any_limit!(),
-            "AND task_type = $3 ORDER BY priority DESC, run_at, created_at, id LIMIT ",
-            $bound,
-            " FOR UPDATE SKIP LOCKED) AS bounded LIMIT $4",
+            "AND task_type = $3 ",
+            locked_in_claim_order!("$4", $bound),
             window_end!()
         )
     };
@@ -811,16 +824,7 @@ const SLOT_CLAIM: [&str; BOUNDS] = bounded!(slot_claim);
 /// taken.
 macro_rules! candidates_end {
     ($bound:literal) => {
-        concat!(
-            "AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
-             WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
-             AND r.resource_key = t.resource_key AND ",
-            runs_serially_sql!(),
-            " OFFSET 0)) \
-             ORDER BY priority DESC, run_at, created_at, id LIMIT ",
-            $bound,
-            " FOR UPDATE SKIP LOCKED) AS bounded LIMIT $3"
-        )
+        concat!(key_not_running!(), locked_in_claim_order!("$3", $bound))
     };
 }
 
@@ -886,13 +890,9 @@ pub(crate) const LIMITS: Limits = Limits {
     fair_heads: concat!(
         "SELECT id, user_id, task_type, resource_key, concurrent ",
         due_of_any_limit!(),
-        "AND task_type = $1 AND user_id = $2 \
-         AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
-         WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
-         AND r.resource_key = t.resource_key AND ",
-        runs_serially_sql!(),
-        " OFFSET 0)) \
-         ORDER BY priority DESC, run_at, created_at, id LIMIT $3"
+        "AND task_type = $1 AND user_id = $2 ",
+        key_not_running!(),
+        "ORDER BY priority DESC, run_at, created_at, id LIMIT $3"
     ),
     fair_cursor: "UPDATE task_dedup_limits SET fair_cursor = $1 WHERE task_type = $2",
     claim_ids: |_| {

@@ -25,15 +25,30 @@ macro_rules! complete {
     };
 }
 
+/// What every claim sets on the tasks it starts (then the run slot): `running` under
+/// the worker's lease (`$owner`, `$lease`: their placeholders, numbered where the
+/// statement's other parameters come first in its text), one more attempt.
+macro_rules! start_tasks {
+    ($owner:literal, $lease:literal) => {
+        concat!(
+            "UPDATE task_run SET status = 'running', attempts = attempts + 1, lease_owner = ",
+            $owner,
+            ", lease_expires_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ",
+            $lease,
+            "), started_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
+             updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), "
+        )
+    };
+}
+
 /// Every claim up to the selection of its tasks: they move to `running` under the lease,
 /// with no run slot (as on PostgreSQL).
 macro_rules! claim_start {
     () => {
-        "UPDATE task_run SET status = 'running', attempts = attempts + 1, lease_owner = ?, \
-         lease_expires_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?), \
-         started_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
-         updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), run_slot = NULL \
-         WHERE id IN (SELECT id FROM "
+        concat!(
+            start_tasks!("?", "?"),
+            "run_slot = NULL WHERE id IN (SELECT id FROM "
+        )
     };
 }
 
@@ -478,11 +493,8 @@ macro_rules! picked_and_started {
              WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
              AND r.resource_key = t.resource_key AND ",
             runs_serially_sql!(),
-            ")) ORDER BY priority DESC, run_at, created_at, id LIMIT ?4)) WHERE nth = 1) \
-             UPDATE task_run SET status = 'running', attempts = attempts + 1, lease_owner = ?1, \
-             lease_expires_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?2), \
-             started_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
-             updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), "
+            ")) ORDER BY priority DESC, run_at, created_at, id LIMIT ?4)) WHERE nth = 1) ",
+            start_tasks!("?1", "?2")
         )
     };
 }
@@ -519,11 +531,8 @@ const WINDOW_CLAIM: &str = concat!(
 /// [`LIMITS`]'s `optimistic_window_claim`: the next due tasks of the type, as many as
 /// the room leaves (none without a room: a negative `LIMIT` would be none at all).
 const OPTIMISTIC_WINDOW_CLAIM: &str = concat!(
-    "UPDATE task_run SET status = 'running', attempts = attempts + 1, lease_owner = ?1, \
-     lease_expires_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?2), \
-     started_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
-     updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), run_slot = NULL \
-     WHERE id IN (SELECT id FROM ",
+    start_tasks!("?1", "?2"),
+    "run_slot = NULL WHERE id IN (SELECT id FROM ",
     due_of_any_limit!(),
     "AND task_type = ?3 ORDER BY priority DESC, run_at, created_at, id \
      LIMIT max(0, min(?4, coalesce((",
@@ -600,12 +609,8 @@ pub(crate) const LIMITS: Limits = Limits {
     claim_ids: |ids| {
         Cow::Owned(format!(
             concat!(
-                "UPDATE task_run SET status = 'running', attempts = attempts + 1, \
-                 lease_owner = ?, \
-                 lease_expires_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now', ?), \
-                 started_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
-                 updated_at = strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'), \
-                 run_slot = CASE id {} END \
+                start_tasks!("?", "?"),
+                "run_slot = CASE id {} END \
                  WHERE id IN ({}) AND status = 'queued' RETURNING ",
                 columns!()
             ),
