@@ -11,6 +11,8 @@
 # no-op tasks, 4 Workers x 8, pool of 16 (BENCH_OPS, BENCH_WORKERS, BENCH_CONCURRENCY).
 # BENCH_WORKLOAD=unique: creates instead (find-or-enqueue, 16 clients), e.g. an index's
 # write cost with B_BIN a wrapper that sets BENCH_DROP_INDEX=<index> (bench/src/run.rs).
+# BENCH_SQL='<statements; separated by ;>' runs them after the migrations (a schema change
+# tried before it becomes a migration, e.g. an index added or dropped, against the same binary).
 set -euo pipefail
 dialect=$1 rounds=$2 a_bin=$3 b_bin=$4
 ops=${BENCH_OPS:-10000} workers=${BENCH_WORKERS:-4} concurrency=${BENCH_CONCURRENCY:-8}

@@ -228,6 +228,16 @@ pub async fn prepare_schema(args: &Args) -> Result<(), String> {
             .await
             .map_err(|e| e.to_string())?;
     }
+    // A schema change tried before it becomes a migration (e.g. an index's write cost
+    // on the drain, against the same binary without it): statements run after the
+    // migrations, separated by `;`.
+    if let Ok(sql) = std::env::var("BENCH_SQL") {
+        for statement in sql.split(';').filter(|s| !s.trim().is_empty()) {
+            db.execute_unprepared(statement)
+                .await
+                .map_err(|e| format!("BENCH_SQL: {e}"))?;
+        }
+    }
     // A limit on the bench's task type (`noop`), set high enough not to bind: what
     // limits cost a drain (bench/pairs.sh, BENCHMARKS.md "Limits per type").
     if let Ok(limit) = std::env::var("BENCH_LIMIT") {

@@ -73,19 +73,20 @@ pub(crate) struct Limits {
     /// parameters.
     pub optimistic_window_claim: Option<fn(i64) -> &'static str>,
     /// MySQL/MariaDB's first try for a type whose only limit is `max_running` (`None`
-    /// elsewhere): the limit `m` and each running task's `slot` (`NULL`: none), one row
-    /// per running task, or one with `status` `NULL` when none runs; no row when the
-    /// type has other limits. The claim picks free slots from it and starts the next
-    /// due tasks with them in the same transaction, without the type's lock. Parameter:
-    /// the type.
-    pub read_slots: Option<&'static str>,
-    /// MySQL/MariaDB's candidates for [`read_slots`](Self::read_slots)' claim in the
-    /// optimistic form (`None` elsewhere): [`candidates`](Self::candidates) without the
-    /// probe for running tasks of the keys and without users to pass over; a picked
-    /// task whose key runs fails the claim's update in `task_running_resource_uidx`
+    /// elsewhere), in one statement of two parts: the next due tasks of the type as
+    /// [`candidates`](Self::candidates) selects them (locked, skipping rows other
+    /// claimers hold; rows with an `id`), and the limit `m` with each running task's
+    /// `slot` (`NULL`: none), one row per running task or one with `status` `NULL`
+    /// when none runs (rows without an `id`; none when the type has other limits). The
+    /// claim picks free slots from it and starts the tasks with them in the same
+    /// transaction, without the type's lock. Parameters: the type, how many, the type.
+    pub slots_and_candidates: Option<&'static str>,
+    /// [`slots_and_candidates`](Self::slots_and_candidates) in the optimistic form:
+    /// without the probe for running tasks of the keys; a picked task whose key runs
+    /// fails the claim's update in `task_running_resource_uidx`
     /// ([`Kind::RunningKey`](super::Kind::RunningKey)), and the probing form runs.
-    /// Parameters: the type, how many.
-    pub optimistic_candidates: Option<&'static str>,
+    /// Same parameters.
+    pub slots_and_optimistic_candidates: Option<&'static str>,
     /// The next due tasks of one type, as the claims select them (not paused, none of a
     /// key with a task running unless `concurrent`), in claim order, locked and skipping
     /// rows other claimers hold: `id`, `user_id`, `task_type`, `resource_key`, `concurrent`.
@@ -152,14 +153,17 @@ pub(crate) mod tests {
                     .map_or("-", |of| of(PINNED_MAX))
                     .into(),
             ),
-            ("read_slots", limits.read_slots.unwrap_or("-").into()),
+            (
+                "slots_and_candidates",
+                limits.slots_and_candidates.unwrap_or("-").into(),
+            ),
             (
                 "slot_claim",
                 limits.slot_claim.map_or("-", |of| of(PINNED_MAX)).into(),
             ),
             (
-                "optimistic_candidates",
-                limits.optimistic_candidates.unwrap_or("-").into(),
+                "slots_and_optimistic_candidates",
+                limits.slots_and_optimistic_candidates.unwrap_or("-").into(),
             ),
             ("candidates", (limits.candidates)(2, PINNED_MAX)),
             ("running_users", limits.running_users.into()),

@@ -187,6 +187,30 @@ macro_rules! claim_order {
     };
 }
 
+/// `Limits::slots_and_candidates` with `$probe` (the probe for running tasks of the
+/// candidates' keys, or nothing): the type's next due tasks, locked, then the limit and
+/// the running tasks' slots. Two parts of one `UNION ALL`, each planned as it would be
+/// alone; the slots are a plain read, so a slot taken by a claim it does not see fails
+/// that claim's update in `task_run_slot_uidx`.
+macro_rules! slots_and {
+    ($probe:expr) => {
+        concat!(
+            "(SELECT id, user_id, task_type, resource_key, concurrent, NULL AS m, \
+             NULL AS status, NULL AS slot FROM task_run t ",
+            due_of_any_limit!(),
+            "AND task_type = ? ",
+            $probe,
+            claim_order!(),
+            ") UNION ALL (SELECT NULL, NULL, NULL, NULL, NULL, l.max_running, r.status, \
+             r.run_slot FROM task_dedup_limits l \
+             LEFT JOIN task_run r ON r.task_type = l.task_type AND r.status = 'running' \
+             WHERE l.task_type = ? AND l.max_running IS NOT NULL \
+             AND l.max_running_per_user IS NULL AND l.rate_starts IS NULL AND NOT l.fair \
+             AND NOT EXISTS (SELECT 1 FROM task_dedup_limits a WHERE a.task_type = ''))"
+        )
+    };
+}
+
 /// The next due queued tasks of any type, locked (id, key, `concurrent`): how many.
 pub(crate) const CLAIM_ANY: &str = concat!(claim_select!(), claim_order!());
 
@@ -490,22 +514,13 @@ pub(crate) const LIMITS: Limits = Limits {
     running_users: "SELECT user_id FROM task_run WHERE status = 'running' LOCK IN SHARE MODE",
     window_claim: None,
     optimistic_window_claim: None,
-    // `task_run_type_status_created_idx` finds the running tasks. A plain read: a slot
-    // taken by a claim it does not see fails that update in `task_run_slot_uidx`.
-    read_slots: Some(
-        "SELECT l.max_running AS m, r.status, r.run_slot AS slot FROM task_dedup_limits l \
-         LEFT JOIN task_run r ON r.task_type = l.task_type AND r.status = 'running' \
-         WHERE l.task_type = ? AND l.max_running IS NOT NULL \
-         AND l.max_running_per_user IS NULL AND l.rate_starts IS NULL AND NOT l.fair \
-         AND NOT EXISTS (SELECT 1 FROM task_dedup_limits a WHERE a.task_type = '')",
-    ),
     slot_claim: None,
-    optimistic_candidates: Some(concat!(
-        "SELECT id, user_id, task_type, resource_key, concurrent FROM task_run t ",
-        due_of_any_limit!(),
-        "AND task_type = ? ",
-        claim_order!()
+    slots_and_candidates: Some(slots_and!(
+        "AND (concurrent OR NOT EXISTS (SELECT 1 FROM task_run r \
+         WHERE r.user_id = t.user_id AND r.task_type = t.task_type \
+         AND r.resource_key = t.resource_key AND r.running_slot = 1)) "
     )),
+    slots_and_optimistic_candidates: Some(slots_and!("")),
     candidates: |excluded, _| {
         let mut sql = String::from(concat!(
             "SELECT id, user_id, task_type, resource_key, concurrent FROM task_run t ",

@@ -867,14 +867,14 @@ pub(crate) const LIMITS: Limits = Limits {
     running: "SELECT user_id, run_slot FROM task_run WHERE task_type = $1 AND status = 'running'",
     // `task_run_claim_idx` leads with the status.
     running_users: "SELECT user_id FROM task_run WHERE status = 'running'",
-    read_slots: None,
+    slots_and_candidates: None,
     // Slots `off .. off + $4` for a random `off` whose range no running task holds (a
     // range probe of `task_run_slot_uidx`; four tries): no read of the running tasks'
     // slots, and no join of tasks to free slots. Ids and slots are paired by position.
     window_claim: Some(|max| WINDOW_CLAIM[bound(max)]),
     optimistic_window_claim: Some(|max| OPTIMISTIC_WINDOW_CLAIM[bound(max)]),
     slot_claim: Some(|max| SLOT_CLAIM[bound(max)]),
-    optimistic_candidates: None,
+    slots_and_optimistic_candidates: None,
     candidates: |_, max| Cow::Borrowed(CANDIDATES[bound(max)]),
     rest_candidates: |_, _, max| Cow::Borrowed(REST_CANDIDATES[bound(max)]),
     // `task_run_user_queue_idx (task_type, user_id, ...) WHERE status = 'queued'`

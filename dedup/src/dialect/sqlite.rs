@@ -553,14 +553,14 @@ pub(crate) const LIMITS: Limits = Limits {
     ),
     running: "SELECT user_id, run_slot FROM task_run WHERE task_type = ? AND status = 'running'",
     running_users: "SELECT user_id FROM task_run WHERE status = 'running'",
-    read_slots: None,
+    slots_and_candidates: None,
     // Writers take turns on SQLite, so a count in the claim's statement is exact and no
     // run slot is needed: the window claims start what the count leaves, and a type at
     // its limit has no other lock-free try.
     window_claim: Some(|_| WINDOW_CLAIM),
     optimistic_window_claim: Some(|_| OPTIMISTIC_WINDOW_CLAIM),
     slot_claim: None,
-    optimistic_candidates: None,
+    slots_and_optimistic_candidates: None,
     candidates: |_, _| {
         Cow::Borrowed(concat!(
             "SELECT id, user_id, task_type, resource_key, concurrent FROM ",

@@ -61,6 +61,14 @@ pub(crate) struct ListedLimit {
     pub running: i64,
 }
 
+/// What `Executor::slots_and_candidates` read: a type's limit, its running tasks'
+/// slots (`None`: a task without one) and its next due tasks.
+pub(crate) struct SlotsRead {
+    pub limit: i64,
+    pub running: Vec<Option<i64>>,
+    pub candidates: Vec<Candidate>,
+}
+
 /// A due task a limited claim may start.
 pub(crate) struct Candidate {
     pub id: Uuid,
@@ -161,44 +169,45 @@ impl Executor<'_> {
         self.tasks(sql, values).await
     }
 
-    /// A type whose only limit is `max_running`: the limit and its running tasks' slots
-    /// (`None`: a task without one); `None` for another type, or where the dialect has
-    /// no such read (`Limits::read_slots`).
-    pub(crate) async fn read_slots(
+    /// A type whose only limit is `max_running`, in one statement: up to `max` of its
+    /// due tasks (locked; `optimistic`: without the probe for running tasks of their
+    /// keys), its limit, and its running tasks' slots (`None`: a task without one).
+    /// `None` for a type with other limits, or where the dialect has no such read
+    /// (`Limits::slots_and_candidates`).
+    pub(crate) async fn slots_and_candidates(
         &mut self,
         task_type: &str,
-    ) -> Result<Option<(i64, Vec<Option<i64>>)>, Failure> {
-        let Some(sql) = self.dialect.limits().read_slots else {
+        optimistic: bool,
+        max: i64,
+    ) -> Result<Option<SlotsRead>, Failure> {
+        let limits = self.dialect.limits();
+        let sql = match optimistic {
+            true => limits.slots_and_optimistic_candidates,
+            false => limits.slots_and_candidates,
+        };
+        let Some(sql) = sql else {
             return Ok(None);
         };
-        let rows = self.rows(sql, vec![Arg::Str(task_type)]).await?;
-        let Some(first) = rows.first() else {
-            return Ok(None);
-        };
-        let limit = i64::from(first.try_get::<i32>("", "m")?);
-        let mut running = Vec::with_capacity(rows.len());
+        let values = vec![Arg::Str(task_type), Arg::I64(max), Arg::Str(task_type)];
+        let rows = self.rows(sql, values).await?;
+        let mut limit = None;
+        let mut running = Vec::new();
+        let mut candidates = Vec::new();
         for row in &rows {
+            if row.try_get::<Option<Uuid>>("", "id")?.is_some() {
+                candidates.push(candidate(row)?);
+                continue;
+            }
+            limit = Some(i64::from(row.try_get::<i32>("", "m")?));
             if row.try_get::<Option<String>>("", "status")?.is_some() {
                 running.push(row.try_get::<Option<i32>>("", "slot")?.map(i64::from));
             }
         }
-        Ok(Some((limit, running)))
-    }
-
-    /// Up to `max` due tasks of `task_type` for the optimistic form of the claim by
-    /// read slots (`Limits::optimistic_candidates`); `None` where the dialect has none.
-    pub(crate) async fn optimistic_candidates(
-        &mut self,
-        task_type: &str,
-        max: i64,
-    ) -> Result<Option<Vec<Candidate>>, Failure> {
-        let Some(sql) = self.dialect.limits().optimistic_candidates else {
-            return Ok(None);
-        };
-        let rows = self
-            .rows(sql, vec![Arg::Str(task_type), Arg::I64(max)])
-            .await?;
-        candidates(&rows).map(Some)
+        Ok(limit.map(|limit| SlotsRead {
+            limit,
+            running,
+            candidates,
+        }))
     }
 
     /// Up to `max` due tasks of `task_type` in claim order, none of `excluded` users,
@@ -375,18 +384,18 @@ impl Executor<'_> {
 
 /// The candidates `rows` hold.
 fn candidates(rows: &[QueryResult]) -> Result<Vec<Candidate>, Failure> {
-    Ok(rows
-        .iter()
-        .map(|row| {
-            Ok(Candidate {
-                id: row.try_get("", "id")?,
-                user_id: row.try_get("", "user_id")?,
-                task_type: row.try_get("", "task_type")?,
-                resource_key: row.try_get("", "resource_key")?,
-                concurrent: row.try_get("", "concurrent")?,
-            })
-        })
-        .collect::<Result<_, sea_orm::DbErr>>()?)
+    rows.iter().map(candidate).collect()
+}
+
+/// The candidate `row` holds.
+fn candidate(row: &QueryResult) -> Result<Candidate, Failure> {
+    Ok(Candidate {
+        id: row.try_get("", "id")?,
+        user_id: row.try_get("", "user_id")?,
+        task_type: row.try_get("", "task_type")?,
+        resource_key: row.try_get("", "resource_key")?,
+        concurrent: row.try_get("", "concurrent")?,
+    })
 }
 
 /// The users a limited claim passes over (or the types it takes), as its dialect binds

@@ -141,7 +141,7 @@ enum Lost {
 enum Stage {
     /// A random range of free slots (`Limits::window_claim`, or its optimistic form
     /// where the main claim would be optimistic; SQLite: the room counted in the
-    /// statement), or the slots read and the free ones picked (`Limits::read_slots`,
+    /// statement), or the slots read and the free ones picked (`Limits::slots_and_candidates`,
     /// [`by_read_slots`]).
     Window,
     /// The free slots, read (`Limits::slot_claim`).
@@ -166,7 +166,7 @@ async fn by_slots(
 ) -> Result<Vec<task_run::Model>, Failure> {
     let limits = exec.dialect().limits();
     let statement = match stage {
-        Stage::Window if limits.read_slots.is_some() => {
+        Stage::Window if limits.slots_and_candidates.is_some() => {
             // A caller's REPEATABLE READ transaction would read the slots of an older
             // snapshot, and each rerun would meet the same taken slots: the locked
             // claim's locking read sees the latest.
@@ -200,14 +200,14 @@ async fn by_slots(
         .await
 }
 
-/// The first try where the dialect reads the slots (`Limits::read_slots`,
-/// MySQL/MariaDB), in a transaction without the type's lock: the limit and the running
-/// tasks' slots, the next due tasks (locked, passing over those other claims hold; one
-/// per key; `how` optimistic, without the probe for running tasks of their keys, whose
-/// update then fails in `task_running_resource_uidx` when one runs), each started with
-/// a free slot from a random one on. Starts nothing while a
-/// running task holds no slot below the limit (the locked claim counts those). A slot
-/// that a claim this read did not see took meanwhile fails the update in
+/// The first try where the dialect reads the slots (`Limits::slots_and_candidates`,
+/// MySQL/MariaDB), in a transaction without the type's lock: in one statement, the next
+/// due tasks (locked, passing over those other claims hold; `how` optimistic, without
+/// the probe for running tasks of their keys, whose update then fails in
+/// `task_running_resource_uidx` when one runs), the limit and the running tasks' slots;
+/// then one task per key, each started with a free slot from a random one on. Starts
+/// nothing while a running task holds no slot below the limit (the locked claim counts
+/// those). A slot that a claim this read did not see took meanwhile fails the update in
 /// `task_run_slot_uidx`, and the claim runs again.
 async fn by_read_slots(
     txn: &mut Executor<'_>,
@@ -217,11 +217,13 @@ async fn by_read_slots(
     lease_micros: i64,
     max: i64,
 ) -> Result<Vec<task_run::Model>, Failure> {
-    let Some((limit, running)) = txn.read_slots(task_type).await? else {
+    let optimistic = how == Claim::Optimistic;
+    let Some(read) = txn.slots_and_candidates(task_type, optimistic, max).await? else {
         return Ok(Vec::new());
     };
-    let mut taken = HashSet::with_capacity(running.len());
-    for slot in running {
+    let limit = read.limit;
+    let mut taken = HashSet::with_capacity(read.running.len());
+    for slot in read.running {
         match slot {
             Some(slot) if slot < limit => taken.insert(slot),
             _ => return Ok(Vec::new()),
@@ -231,19 +233,13 @@ async fn by_read_slots(
     if room <= 0 {
         return Ok(Vec::new());
     }
-    let optimistic = match how {
-        Claim::Optimistic => txn.optimistic_candidates(task_type, room).await?,
-        Claim::Probing => None,
-    };
-    let candidates = match optimistic {
-        Some(candidates) => candidates,
-        None => txn.limited_candidates(task_type, &[], room).await?,
-    };
-    let mut keys = HashSet::with_capacity(candidates.len());
-    let mut ids: Vec<Uuid> = candidates
+    let mut keys = HashSet::with_capacity(read.candidates.len());
+    let mut ids: Vec<Uuid> = read
+        .candidates
         .iter()
         .filter(|c| c.concurrent || keys.insert((c.user_id.as_str(), c.resource_key.as_str())))
         .map(|c| c.id)
+        .take(room as usize)
         .collect();
     if ids.is_empty() {
         return Ok(Vec::new());
