@@ -1,17 +1,18 @@
 //! The statements of limits per task type ([`crate::dialect::limits`]): a limited
 //! type's claim, step by step inside its transaction, and the stored settings.
 
-use sea_orm::QueryResult;
+use sea_orm::{FromQueryResult, QueryResult};
 use uuid::Uuid;
 
 use super::Executor;
 use super::args::{self, Arg};
 use crate::dialect::limits::ALL_TYPES;
-use crate::dialect::{Dialect, Failure};
+use crate::dialect::{Claim, Dialect, Failure};
 use task_dedup_entity::task_run;
 
-/// A type's stored limits, as its claim reads them under the row's lock.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A type's stored limits, as its claim reads them under the row's lock (the columns
+/// of `Limits::lock` and `Limits::list`).
+#[derive(Debug, Clone, PartialEq, Eq, FromQueryResult)]
 pub(crate) struct LimitRow {
     pub max_running: Option<i32>,
     pub max_running_per_user: Option<i32>,
@@ -26,22 +27,6 @@ pub(crate) struct LimitRow {
     pub fair_cursor: Option<String>,
     /// The database's clock.
     pub now_micros: i64,
-}
-
-impl LimitRow {
-    fn of(row: &QueryResult) -> Result<LimitRow, sea_orm::DbErr> {
-        Ok(LimitRow {
-            max_running: row.try_get("", "max_running")?,
-            max_running_per_user: row.try_get("", "max_running_per_user")?,
-            rate_starts: row.try_get("", "rate_starts")?,
-            rate_window_micros: row.try_get("", "rate_window_micros")?,
-            window_start_micros: row.try_get("", "window_start_micros")?,
-            window_starts: row.try_get("", "window_starts")?,
-            fair: row.try_get("", "fair")?,
-            fair_cursor: row.try_get("", "fair_cursor")?,
-            now_micros: row.try_get("", "now_micros")?,
-        })
-    }
 }
 
 /// What a limited claim locked: its type's limits, and the limit across all types.
@@ -69,7 +54,8 @@ pub(crate) struct SlotsRead {
     pub candidates: Vec<Candidate>,
 }
 
-/// A due task a limited claim may start.
+/// A due task a limited claim may start (the columns of the candidate selections).
+#[derive(FromQueryResult)]
 pub(crate) struct Candidate {
     pub id: Uuid,
     pub user_id: String,
@@ -98,7 +84,7 @@ impl Executor<'_> {
             .await?;
         let mut locked = Locked::default();
         for row in &rows {
-            let limits = LimitRow::of(row)?;
+            let limits = LimitRow::from_query_result(row, "")?;
             if row.try_get::<String>("", "task_type")? == ALL_TYPES {
                 locked.all_types = Some(limits);
             } else {
@@ -170,20 +156,20 @@ impl Executor<'_> {
     }
 
     /// A type whose only limit is `max_running`, in one statement: up to `max` of its
-    /// due tasks (locked; `optimistic`: without the probe for running tasks of their
+    /// due tasks (locked; `how` optimistic: without the probe for running tasks of their
     /// keys), its limit, and its running tasks' slots (`None`: a task without one).
     /// `None` for a type with other limits, or where the dialect has no such read
     /// (`Limits::slots_and_candidates`).
     pub(crate) async fn slots_and_candidates(
         &mut self,
         task_type: &str,
-        optimistic: bool,
+        how: Claim,
         max: i64,
     ) -> Result<Option<SlotsRead>, Failure> {
         let limits = self.dialect.limits();
-        let sql = match optimistic {
-            true => limits.slots_and_optimistic_candidates,
-            false => limits.slots_and_candidates,
+        let sql = match how {
+            Claim::Optimistic => limits.slots_and_optimistic_candidates,
+            Claim::Probing => limits.slots_and_candidates,
         };
         let Some(sql) = sql else {
             return Ok(None);
@@ -195,7 +181,7 @@ impl Executor<'_> {
         let mut candidates = Vec::new();
         for row in &rows {
             if row.try_get::<Option<Uuid>>("", "id")?.is_some() {
-                candidates.push(candidate(row)?);
+                candidates.push(Candidate::from_query_result(row, "")?);
                 continue;
             }
             limit = Some(i64::from(row.try_get::<i32>("", "m")?));
@@ -373,7 +359,7 @@ impl Executor<'_> {
             .map(|row| {
                 Ok(ListedLimit {
                     task_type: row.try_get("", "task_type")?,
-                    limits: LimitRow::of(row)?,
+                    limits: LimitRow::from_query_result(row, "")?,
                     updated_at: row.try_get("", "updated_at")?,
                     running: row.try_get("", "running")?,
                 })
@@ -384,18 +370,10 @@ impl Executor<'_> {
 
 /// The candidates `rows` hold.
 fn candidates(rows: &[QueryResult]) -> Result<Vec<Candidate>, Failure> {
-    rows.iter().map(candidate).collect()
-}
-
-/// The candidate `row` holds.
-fn candidate(row: &QueryResult) -> Result<Candidate, Failure> {
-    Ok(Candidate {
-        id: row.try_get("", "id")?,
-        user_id: row.try_get("", "user_id")?,
-        task_type: row.try_get("", "task_type")?,
-        resource_key: row.try_get("", "resource_key")?,
-        concurrent: row.try_get("", "concurrent")?,
-    })
+    Ok(rows
+        .iter()
+        .map(|row| Candidate::from_query_result(row, ""))
+        .collect::<Result<_, sea_orm::DbErr>>()?)
 }
 
 /// The users a limited claim passes over (or the types it takes), as its dialect binds

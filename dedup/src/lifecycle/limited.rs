@@ -217,8 +217,7 @@ async fn by_read_slots(
     lease_micros: i64,
     max: i64,
 ) -> Result<Vec<task_run::Model>, Failure> {
-    let optimistic = how == Claim::Optimistic;
-    let Some(read) = txn.slots_and_candidates(task_type, optimistic, max).await? else {
+    let Some(read) = txn.slots_and_candidates(task_type, how, max).await? else {
         return Ok(Vec::new());
     };
     let limit = read.limit;
