@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Two bench binaries draining the same workload in alternating pairs, on a database each
 # (they may differ in schema: bench/no-rule.patch drops an index), and the ratio of their
-# medians. For what a change costs the Worker's drain (BENCHMARKS.md, "One run per key").
+# medians. For what a change costs the Worker's drain (bench/notes/2026-12-03-one-run-per-key.md).
 #
 #   bench/pairs.sh DIALECT ROUNDS A_BIN B_BIN
 #   bench/pairs.sh postgres 10 /tmp/bench-this /tmp/bench-no-rule
