@@ -71,7 +71,7 @@ async fn claims_are_planned_once(db: &TestDb) {
         .query_all_raw(Statement::from_string(
             pool.get_database_backend(),
             "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements \
-             WHERE statement LIKE '%FOR UPDATE SKIP LOCKED) AS bounded%'",
+             WHERE statement LIKE '%FOR UPDATE SKIP LOCKED%) AS bounded%'",
         ))
         .await
         .expect("prepared statements");

@@ -364,11 +364,11 @@ async fn blocked_batch(admin: &DatabaseConnection, db: &TestDb) -> i64 {
     let sql = match db.dialect {
         Dialect::Postgres => {
             "SELECT pid::bigint AS id FROM pg_stat_activity WHERE datname = $1 \
-             AND wait_event_type = 'Lock' AND query LIKE 'UPDATE task_run AS t SET status%'"
+             AND wait_event_type = 'Lock' AND query LIKE 'UPDATE task_run AS t%SET status%'"
         }
         _ => {
             "SELECT CAST(ID AS SIGNED) AS id FROM information_schema.PROCESSLIST \
-             WHERE DB = ? AND INFO LIKE 'UPDATE task_run SET status = ''succeeded''%'"
+             WHERE DB = ? AND INFO LIKE 'UPDATE task_run%SET status = ''succeeded''%'"
         }
     };
     common::wait_for_session(admin, db, sql, "the batch waiting for the lock").await

@@ -629,7 +629,7 @@ async fn build_with_a_duplicate_during_the_resolution(db: &TestDb, attempts: u32
         // INNODB_TRX: MariaDB answered that join's prepared statement from its first
         // execution ever after.)
         _ => "SELECT CAST(ID AS SIGNED) AS id FROM information_schema.PROCESSLIST \
-              WHERE DB = ? AND INFO LIKE 'UPDATE task_run SET status%'"
+              WHERE DB = ? AND INFO LIKE 'UPDATE task_run%SET status%'"
             .to_owned(),
     };
     common::wait_for_session(&admin, db, &waiting, "the resolution").await;

@@ -551,7 +551,7 @@ async fn wait_for_a_blocked_session(db: &TestDb, admin: &DatabaseConnection) -> 
         _ => {
             "SELECT CAST(ID AS SIGNED) AS id FROM information_schema.PROCESSLIST \
              WHERE DB = ? AND COMMAND IN ('Query', 'Execute') \
-             AND INFO LIKE 'UPDATE task_run SET status = ''running'', attempts%'"
+             AND INFO LIKE 'UPDATE task_run%SET status = ''running'',%attempts%'"
         }
     };
     common::wait_for_session(admin, db, sql, "the claim waiting for the index entry").await

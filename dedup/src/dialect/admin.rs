@@ -1,13 +1,12 @@
-//! The admin API's statements ([`Admin`]: whole texts, one per dialect in its file) and
-//! the one statement built from parts: a list of tasks ([`list`]), whose filters are each
-//! there or not. Its parts are fixed texts chosen by a [`ListShape`] (which clauses, how
+//! The admin API's statements ([`Admin`]: whole texts, in each dialect's `admin.sql`)
+//! and the one statement built from parts: a list of tasks ([`list`]), whose filters are
+//! each there or not. Its parts are fixed texts chosen by a [`ListShape`] (which clauses, how
 //! many statuses), never by values: every value is a bound parameter, so the number of
 //! distinct texts is bounded (each dialect's are pinned by the snapshot tests for a few
 //! shapes).
 
-use std::borrow::Cow;
-
 use super::Dialect;
+use super::render::{COLUMNS, File, Template};
 
 /// The statuses `Admin::counts_of_type` has an arm for: every status there is
 /// (MySQL/MariaDB bind the type and the limit once per arm).
@@ -18,33 +17,52 @@ pub(crate) const COUNTED_STATUSES: usize = 5;
 /// updates in `RETURNING` the row; MySQL/MariaDB read it by id in the same transaction.
 pub(crate) struct Admin {
     /// The database's clock: one row, `now`.
-    pub now: &'static str,
+    pub now: String,
     /// failed or cancelled → queued, due now, attempts back to 0, the lease, the
     /// lease's expiry and `finished_at` cleared (`error` stays: the last failure): id.
     /// The unique index refuses it when another task holds the key.
-    pub retry: &'static str,
+    pub retry: String,
     /// Deletes a finished task: id.
-    pub delete: &'static str,
+    pub delete: String,
     /// The number of tasks per type and status: `task_type`, `status`, `n`.
-    pub counts: &'static str,
+    pub counts: String,
     /// Every task type there is: `task_type`, in order. No parameters.
-    pub task_types: &'static str,
+    pub task_types: String,
     /// The tasks of one type per status, each count stopping at a limit: `status`, `n`,
     /// a row per status (0 included). Parameters: the type, the limit (MySQL/MariaDB:
     /// both again for each status). Reads at most the limit's index entries per
     /// status, not the table.
-    pub counts_of_type: &'static str,
+    pub counts_of_type: String,
     /// Tasks created, succeeded and failed per minute over the current minute and the 59
     /// before it, by the database's clock: `what` (`created`, `succeeded`, `failed`),
     /// `minute` (minutes since the Unix epoch), `n`. No parameters.
-    pub throughput: &'static str,
+    pub throughput: String,
     /// The oldest queued task of each type: `task_type`, `oldest`. No parameters.
-    pub oldest_queued: &'static str,
-    /// queued or running → cancelled, for `rows` ids: the reason, then the ids
-    /// (PostgreSQL: one array). Counts the rows it changed.
-    pub cancel_many: fn(usize) -> Cow<'static, str>,
-    /// Deletes the finished tasks of `rows` ids: the ids (PostgreSQL: one array).
-    pub delete_many: fn(usize) -> Cow<'static, str>,
+    pub oldest_queued: String,
+    /// queued or running → cancelled: the reason, then the ids (PostgreSQL: one array;
+    /// elsewhere the list `ids`). Counts the rows it changed.
+    pub cancel_many: Template,
+    /// Deletes the finished tasks of some ids: the ids (PostgreSQL: one array; elsewhere
+    /// the list `ids`).
+    pub delete_many: Template,
+}
+
+impl Admin {
+    /// The statements of a dialect's `admin.sql`.
+    pub(crate) fn read(file: &mut File) -> Admin {
+        Admin {
+            now: file.text("now"),
+            retry: file.text("retry"),
+            delete: file.text("delete"),
+            counts: file.text("counts"),
+            task_types: file.text("task_types"),
+            counts_of_type: file.text("counts_of_type"),
+            throughput: file.text("throughput"),
+            oldest_queued: file.text("oldest_queued"),
+            cancel_many: file.template("cancel_many"),
+            delete_many: file.template("delete_many"),
+        }
+    }
 }
 
 /// Which clauses a list has. Their values are bound in this order: the statuses, the
@@ -129,12 +147,7 @@ pub(crate) fn list(dialect: Dialect, shape: ListShape) -> String {
         format!(" WHERE {}", conditions.join(" AND "))
     };
     format!(
-        concat!(
-            "SELECT ",
-            columns!(),
-            " FROM task_run{filter} ORDER BY created_at {dir}, id {dir} LIMIT {limit}"
-        ),
-        filter = filter,
+        "SELECT {COLUMNS} FROM task_run{filter} ORDER BY created_at {dir}, id {dir} LIMIT {limit}",
         dir = direction,
         limit = p.take()
     )
@@ -198,7 +211,7 @@ pub(crate) mod tests {
 
     /// The shapes the snapshots pin: none, a status and a type, a key prefix alone (the
     /// dashboard's search), all of them.
-    pub(crate) fn render(dialect: Dialect, admin: &Admin) -> String {
+    pub(crate) fn lists(dialect: Dialect) -> Vec<(&'static str, String)> {
         let shapes = [
             (
                 "list_all_newest",
@@ -238,21 +251,9 @@ pub(crate) mod tests {
                 },
             ),
         ];
-        let mut out = vec![
-            format!("now:\n{}\n", admin.now),
-            format!("retry:\n{}\n", admin.retry),
-            format!("delete:\n{}\n", admin.delete),
-            format!("counts:\n{}\n", admin.counts),
-            format!("task_types:\n{}\n", admin.task_types),
-            format!("counts_of_type:\n{}\n", admin.counts_of_type),
-            format!("throughput:\n{}\n", admin.throughput),
-            format!("oldest_queued:\n{}\n", admin.oldest_queued),
-            format!("cancel_many:\n{}\n", (admin.cancel_many)(2)),
-            format!("delete_many:\n{}\n", (admin.delete_many)(2)),
-        ];
-        for (name, shape) in shapes {
-            out.push(format!("{name}:\n{}\n", list(dialect, shape)));
-        }
-        out.join("\n")
+        shapes
+            .into_iter()
+            .map(|(name, shape)| (name, list(dialect, shape)))
+            .collect()
     }
 }

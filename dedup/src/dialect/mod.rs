@@ -1,55 +1,19 @@
 //! The dialects: every statement as a whole SQL text, and the error codes that say what
 //! a failure means. Nothing here runs SQL; the [executor](crate::executor) does.
 //!
-//! Each dialect's file holds its statements in the same order ([`Statements`], then what
-//! only that dialect needs) and, beside them, its named error codes with the function
-//! that classifies them ([`Kind`]). The only fragments spliced into the statements, at
-//! compile time, are the column lists ([`columns!`]) and the predicate "holds its key"
-//! ([`occupies_key_sql!`](task_dedup_entity::occupies_key_sql)).
-
-use std::borrow::Cow;
+//! Each dialect is a folder: its statements in SQL files by family (`enqueue.sql`,
+//! `claim.sql`, `lifecycle.sql`, `endings.sql`, `bulk.sql`, `limits.sql`, `admin.sql`,
+//! `maintenance.sql`, `schema.sql`, and PostgreSQL's `wakeups.sql`), the same names in
+//! each, and `mod.rs`, which reads them into the tables below once per process
+//! ([`render`], the one step between a file and the texts the database runs) and holds
+//! the dialect's named error codes with the function that classifies them ([`Kind`]).
+//! A statement's parameters and the reasons for its shape are `--` comments beside it in
+//! its file; the fields below say what each statement is for.
 
 use sea_orm::{DbBackend, DbErr};
 
 pub(crate) use self::admin::{Admin, ListShape};
-
-/// Every column of `task_run` the entity maps, in table order: what lookups select and
-/// writes return. (The MySQL/MariaDB generated column stays out.)
-macro_rules! columns {
-    () => {
-        "id, user_id, task_type, resource_key, status, payload, result, error, attempts, \
-         lease_owner, lease_expires_at, created_at, updated_at, started_at, finished_at, \
-         run_at, priority, scope, dedup_window_end, concurrent, snoozes"
-    };
-}
-
-/// The columns a new task is inserted with: `status` and `attempts` are literals
-/// (`'queued'`, `0`) in the statements, the others are bound in this order
-/// (`executor::args::row`).
-macro_rules! insert_columns {
-    () => {
-        "id, user_id, task_type, resource_key, status, payload, attempts, created_at, \
-         updated_at, run_at, priority, scope, dedup_window_end, concurrent"
-    };
-}
-
-/// The start of every insert of new tasks up to their rows, where rows are
-/// [`row_placeholders!`] (SQLite, MySQL/MariaDB).
-#[cfg_attr(not(any(feature = "sqlite", feature = "mysql")), allow(unused_macros))]
-macro_rules! insert_into {
-    () => {
-        concat!("INSERT INTO task_run (", insert_columns!(), ") VALUES ")
-    };
-}
-
-/// A new task's row, with positional placeholders for the 12 values of `args::row`
-/// (SQLite, MySQL/MariaDB).
-#[cfg_attr(not(any(feature = "sqlite", feature = "mysql")), allow(unused_macros))]
-macro_rules! row_placeholders {
-    () => {
-        "(?, ?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?, ?)"
-    };
-}
+use self::render::Template;
 
 pub(crate) mod admin;
 pub(crate) mod limits;
@@ -57,21 +21,9 @@ pub(crate) mod limits;
 pub(crate) mod mysql;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
+pub(crate) mod render;
 #[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;
-
-/// `count` groups of `group`, separated by commas: the rows of a multi-row statement.
-#[cfg(any(feature = "sqlite", feature = "mysql"))]
-fn repeat(group: &str, count: usize) -> String {
-    let mut rows = String::with_capacity((group.len() + 2) * count);
-    for n in 0..count {
-        if n > 0 {
-            rows.push_str(", ");
-        }
-        rows.push_str(group);
-    }
-    rows
-}
 
 /// The statements every dialect has, with the same meaning and the same parameters,
 /// listed in each field's doc in the order they appear in the text (MySQL's `?` are
@@ -82,61 +34,61 @@ pub(crate) struct Statements {
     /// `executor::args::row`). PostgreSQL/SQLite: `DO NOTHING RETURNING id`, a row when
     /// inserted; MySQL: a plain INSERT whose duplicate-key error on the unique index
     /// means "held".
-    pub insert: &'static str,
+    pub insert: String,
     /// A hit in one statement (PostgreSQL; `None` where the dialect has no such form):
     /// inserts a new task as [`insert`](Self::insert) does (the same values) and returns
     /// its row, or else the task holding its key as the statement's snapshot sees it. No
     /// row: the holder committed after that snapshot, read it with
     /// [`find_occupant_after_conflict`](Self::find_occupant_after_conflict).
-    pub insert_or_find: Option<&'static str>,
+    pub insert_or_find: Option<String>,
     /// The task holding a key: user_id, task_type, resource_key, dedup_window_end.
-    pub find_occupant: &'static str,
+    pub find_occupant: String,
     /// The same, right after a conflict: it must see the row that caused it even from a
     /// REPEATABLE READ snapshot that predates it (MySQL: a locking read).
-    pub find_occupant_after_conflict: &'static str,
+    pub find_occupant_after_conflict: String,
     /// One task by id: id.
-    pub by_id: &'static str,
+    pub by_id: String,
     /// Extends the lease: lease, id, worker_id.
-    pub heartbeat: &'static str,
+    pub heartbeat: String,
     /// running → succeeded: result, id, worker_id.
-    pub complete: &'static str,
+    pub complete: String,
     /// running → failed: error, id, worker_id.
-    pub fail: &'static str,
+    pub fail: String,
     /// running → queued after a backoff, the key still held: error, delay, id,
     /// worker_id.
-    pub retry: &'static str,
+    pub retry: String,
     /// queued or running → cancelled: reason, id.
-    pub cancel: &'static str,
+    pub cancel: String,
     /// running → queued, lease cleared, the attempt not counted (a worker shutting down
     /// hands the task back): id, worker_id.
-    pub release: &'static str,
+    pub release: String,
     /// running → queued after a delay, lease cleared, the attempt not counted and the
     /// snooze counted (a handler's "run me again in d"), the key still held: delay, id,
     /// worker_id.
-    pub snooze: &'static str,
+    pub snooze: String,
     /// Running tasks whose lease expired, at most 100: no parameters. Selects `id` and
     /// `attempts`.
-    pub expired: &'static str,
+    pub expired: String,
     /// An expired task → failed, unless its lease was renewed meanwhile: error, id.
-    pub reap_fail: &'static str,
+    pub reap_fail: String,
     /// An expired task → queued after a backoff, lease cleared, unless its lease was
     /// renewed meanwhile: delay, id.
-    pub reap_requeue: &'static str,
+    pub reap_requeue: String,
     /// Deletes a batch of the oldest finished tasks of one status that finished more than
     /// an age ago and whose period window (if any) is over: status, minus the age (an
     /// offset from now, like the others), how many at most. MySQL/MariaDB: selects and
     /// locks that batch's ids (`SKIP LOCKED`), which `mysql::prune_ids` then deletes.
-    pub prune: &'static str,
+    pub prune: String,
     /// Pauses a task type unless it is paused; one row affected when it was not: type.
-    pub pause: &'static str,
+    pub pause: String,
     /// Resumes a paused task type; one row affected when it was paused: type.
-    pub resume: &'static str,
+    pub resume: String,
     /// The paused types (`task_type`, `paused_at`), by name: no parameters.
-    pub paused: &'static str,
+    pub paused: String,
     /// One row (`present`) when `task_run` has a valid unique index named
     /// `task_running_resource_uidx`, none otherwise: whether an optimistic claim can
     /// rely on it ([`Claim`]).
-    pub running_index: &'static str,
+    pub running_index: String,
 }
 
 /// Which of a dialect's two claim statements runs (`crate::claim_mode` picks).
@@ -163,27 +115,28 @@ pub(crate) struct Returning {
     /// [`OnConflict::ReplaceIfQueued`](crate::OnConflict::ReplaceIfQueued): the INSERT
     /// with `DO UPDATE ... WHERE status = 'queued' RETURNING` the row (the values of
     /// [`Statements::insert`]).
-    pub replace: &'static str,
+    pub replace: String,
     /// Claims the next due queued tasks of any type: worker_id, lease, how many. Each
-    /// claim statement is the text for a claim of up to the given number of tasks
-    /// (PostgreSQL has one per power of two, so that its plan is cached:
-    /// `postgres::bound`; SQLite one).
-    pub claim_any: fn(i64) -> &'static str,
+    /// claim statement has a text for a claim of up to the given number of tasks
+    /// ([`Template::at`]: PostgreSQL has one per power of two, so that its plan is cached,
+    /// [`render::bound`]; SQLite one).
+    pub claim_any: Template,
     /// The same for some task types: worker_id, lease, task types (PostgreSQL an array,
     /// SQLite a JSON array), how many.
-    pub claim_types: fn(i64) -> &'static str,
+    pub claim_types: Template,
     /// [`claim_any`](Self::claim_any) without looking for running tasks of the keys:
     /// `task_running_resource_uidx` refuses a claim that would start a second run of a
     /// key ([`Kind::RunningKey`]), and then it took nothing. See [`Claim`].
-    pub optimistic_claim_any: fn(i64) -> &'static str,
+    pub optimistic_claim_any: Template,
     /// [`claim_types`](Self::claim_types), optimistic alike.
-    pub optimistic_claim_types: fn(i64) -> &'static str,
+    pub optimistic_claim_types: Template,
 }
 
-/// The statements of `find_or_enqueue_many`, for a chunk of `rows` tasks. PostgreSQL
-/// binds one array per column, whatever the number of rows (its texts are constants);
-/// SQLite and MySQL/MariaDB bind one value per row and column (their texts repeat the
-/// row's placeholders).
+/// The statements of `find_or_enqueue_many`, for a chunk of tasks. PostgreSQL binds one
+/// array per column, whatever the number of rows (its texts are constants); SQLite and
+/// MySQL/MariaDB bind one value per row and column: their texts repeat a row's
+/// placeholders per task (the lists `rows` of the inserts, `keys` of the reads of
+/// holders, `ids` of `by_ids`).
 pub(crate) struct Bulk {
     /// Rows per chunk: within SQLite's 32,766 and MySQL's 65,535 placeholders, and a
     /// statement size every server takes.
@@ -191,21 +144,21 @@ pub(crate) struct Bulk {
     /// Inserts the rows, skipping those whose key is held. PostgreSQL/SQLite return the
     /// ids that went in; MySQL's `ON DUPLICATE KEY UPDATE id = id` changes nothing on a
     /// conflict (not `INSERT IGNORE`, which would also silence other errors).
-    pub insert: fn(usize) -> Cow<'static, str>,
+    pub insert: Template,
     /// The same, replacing the payload, run_at and priority of a queued task holding the
     /// key (`ReplaceIfQueued`). PostgreSQL/SQLite return the rows inserted or updated.
-    pub replace: fn(usize) -> Cow<'static, str>,
+    pub replace: Template,
     /// The tasks holding the given keys and windows, in the caller's transaction (MySQL:
     /// a locking read, which sees rows committed after the caller's snapshot).
-    pub find_occupants: fn(usize) -> Cow<'static, str>,
+    pub find_occupants: Template,
     /// The same, in a transaction of the crate's own whose first read comes after its
     /// insert: the snapshot already holds every row the insert conflicted with, and
     /// the insert's locks keep them as they are. MySQL: a plain read, because a locking
     /// read of a thousand keys waits on rows other batches are inserting, and they on
     /// its locks (a deadlock in one storm out of five of 16 overlapping batches).
-    pub find_occupants_after_own_insert: fn(usize) -> Cow<'static, str>,
+    pub find_occupants_after_own_insert: Template,
     /// The tasks of the given ids.
-    pub by_ids: fn(usize) -> Cow<'static, str>,
+    pub by_ids: Template,
 }
 
 /// The statements a [`Worker`](crate::Worker) records a batch of task endings with, for
@@ -214,19 +167,20 @@ pub(crate) struct Bulk {
 /// holds now, or that is no longer running, is left as it is. PostgreSQL and SQLite
 /// return the ids of the rows they changed; MySQL/MariaDB (no `RETURNING` in MySQL 8,
 /// none on `UPDATE` in MariaDB) report a count, and when it falls short the rows are read
-/// back in the same transaction (`mysql::ended_by`). PostgreSQL binds one array per
-/// column (constant texts); SQLite and MySQL/MariaDB bind values per row, at most five
+/// back in the same transaction (`mysql::Sql::ended_by`). PostgreSQL binds one array per
+/// column (constant texts); SQLite and MySQL/MariaDB bind values per row (the list
+/// `rows`), at most five
 /// (MySQL's retry), so a batch of [`MAX_END_BATCH`](crate::MAX_END_BATCH) rows stays
 /// within SQLite's 32,766 and MySQL's 65,535 placeholders.
 pub(crate) struct Endings {
     /// running → succeeded, each with its result (`Statements::complete` per row).
-    pub complete: fn(usize) -> Cow<'static, str>,
+    pub complete: Template,
     /// running → failed, each with its error (`Statements::fail` per row).
-    pub fail: fn(usize) -> Cow<'static, str>,
+    pub fail: Template,
     /// running → queued, each with its error and its delay, the key still held
     /// (`Statements::retry` per row). A row whose key a queued follow-up took fails the
     /// whole statement with a held-key error: the caller records those one by one.
-    pub retry: fn(usize) -> Cow<'static, str>,
+    pub retry: Template,
 }
 
 /// One of the dialects this crate was built with (features `postgres`, `sqlite`,
@@ -278,55 +232,55 @@ impl Dialect {
     pub(crate) fn statements(self) -> &'static Statements {
         match self {
             #[cfg(feature = "postgres")]
-            Dialect::Postgres => &postgres::STATEMENTS,
+            Dialect::Postgres => &postgres::sql().statements,
             #[cfg(feature = "sqlite")]
-            Dialect::Sqlite => &sqlite::STATEMENTS,
+            Dialect::Sqlite => &sqlite::sql().statements,
             #[cfg(feature = "mysql")]
-            Dialect::MySql => &mysql::STATEMENTS,
+            Dialect::MySql => &mysql::sql().statements,
         }
     }
 
     pub(crate) fn bulk(self) -> &'static Bulk {
         match self {
             #[cfg(feature = "postgres")]
-            Dialect::Postgres => &postgres::BULK,
+            Dialect::Postgres => &postgres::sql().bulk,
             #[cfg(feature = "sqlite")]
-            Dialect::Sqlite => &sqlite::BULK,
+            Dialect::Sqlite => &sqlite::sql().bulk,
             #[cfg(feature = "mysql")]
-            Dialect::MySql => &mysql::BULK,
+            Dialect::MySql => &mysql::sql().bulk,
         }
     }
 
     pub(crate) fn endings(self) -> &'static Endings {
         match self {
             #[cfg(feature = "postgres")]
-            Dialect::Postgres => &postgres::ENDINGS,
+            Dialect::Postgres => &postgres::sql().endings,
             #[cfg(feature = "sqlite")]
-            Dialect::Sqlite => &sqlite::ENDINGS,
+            Dialect::Sqlite => &sqlite::sql().endings,
             #[cfg(feature = "mysql")]
-            Dialect::MySql => &mysql::ENDINGS,
+            Dialect::MySql => &mysql::sql().endings,
         }
     }
 
     pub(crate) fn admin(self) -> &'static Admin {
         match self {
             #[cfg(feature = "postgres")]
-            Dialect::Postgres => &postgres::ADMIN,
+            Dialect::Postgres => &postgres::sql().admin,
             #[cfg(feature = "sqlite")]
-            Dialect::Sqlite => &sqlite::ADMIN,
+            Dialect::Sqlite => &sqlite::sql().admin,
             #[cfg(feature = "mysql")]
-            Dialect::MySql => &mysql::ADMIN,
+            Dialect::MySql => &mysql::sql().admin,
         }
     }
 
     pub(crate) fn limits(self) -> &'static limits::Limits {
         match self {
             #[cfg(feature = "postgres")]
-            Dialect::Postgres => &postgres::LIMITS,
+            Dialect::Postgres => &postgres::sql().limits,
             #[cfg(feature = "sqlite")]
-            Dialect::Sqlite => &sqlite::LIMITS,
+            Dialect::Sqlite => &sqlite::sql().limits,
             #[cfg(feature = "mysql")]
-            Dialect::MySql => &mysql::LIMITS,
+            Dialect::MySql => &mysql::sql().limits,
         }
     }
 
@@ -482,13 +436,16 @@ impl Failure {
 pub(crate) mod tests {
     use sea_orm::Iterable;
 
+    use super::render::{File, Template};
     use super::*;
     use task_dedup_entity::task_run;
 
     /// The claim size whose statements the snapshots pin: PostgreSQL's texts for a
-    /// bound of 8, which differ from the other bounds' only in that number
-    /// (`postgres::tests::claims_differ_only_in_their_bound`).
+    /// bound of 8, which differ from the other bounds' only in that number.
     pub(crate) const PINNED_MAX: i64 = 8;
+
+    /// How many elements each list has in the pinned texts.
+    const PINNED_LIST: usize = 2;
 
     /// Each backend is supported exactly when its feature is on; otherwise the error says
     /// which feature to enable. CI also runs this in single-feature builds.
@@ -513,264 +470,230 @@ pub(crate) mod tests {
         }
     }
 
-    /// Every statement every dialect has, one after the other, under its name.
-    fn render_common(statements: &Statements) -> Vec<(&'static str, Cow<'static, str>)> {
-        [
-            ("insert", statements.insert),
-            ("find_occupant", statements.find_occupant),
-            (
-                "find_occupant_after_conflict",
-                statements.find_occupant_after_conflict,
-            ),
-            ("by_id", statements.by_id),
-            ("heartbeat", statements.heartbeat),
-            ("complete", statements.complete),
-            ("fail", statements.fail),
-            ("retry", statements.retry),
-            ("cancel", statements.cancel),
-            ("release", statements.release),
-            ("snooze", statements.snooze),
-            ("expired", statements.expired),
-            ("reap_fail", statements.reap_fail),
-            ("reap_requeue", statements.reap_requeue),
-            ("prune", statements.prune),
-            ("pause", statements.pause),
-            ("resume", statements.resume),
-            ("paused", statements.paused),
-            ("running_index", statements.running_index),
-        ]
-        .into_iter()
-        .chain(statements.insert_or_find.map(|sql| ("insert_or_find", sql)))
-        .map(|(name, sql)| (name, Cow::Borrowed(sql)))
-        .collect()
-    }
-
-    #[cfg(any(feature = "postgres", feature = "sqlite"))]
-    fn render_returning(
-        statements: &Statements,
-        returning: &Returning,
-    ) -> Vec<(&'static str, Cow<'static, str>)> {
-        let mut all = render_common(statements);
-        all.extend([
-            ("replace", Cow::Borrowed(returning.replace)),
-            (
-                "claim_any",
-                Cow::Borrowed((returning.claim_any)(PINNED_MAX)),
-            ),
-            (
-                "claim_types",
-                Cow::Borrowed((returning.claim_types)(PINNED_MAX)),
-            ),
-            (
-                "optimistic_claim_any",
-                Cow::Borrowed((returning.optimistic_claim_any)(PINNED_MAX)),
-            ),
-            (
-                "optimistic_claim_types",
-                Cow::Borrowed((returning.optimistic_claim_types)(PINNED_MAX)),
-            ),
-        ]);
+    /// Every statement of a dialect's files as the database sees it, by file and name:
+    /// PostgreSQL's claims at the pinned bound, every list with [`PINNED_LIST`]
+    /// elements.
+    pub(crate) fn rendered(files: &[(&'static str, &'static str)]) -> Vec<(String, String)> {
+        let mut all = Vec::new();
+        for (path, text) in files {
+            let family = path
+                .rsplit('/')
+                .next()
+                .and_then(|f| f.strip_suffix(".sql"))
+                .unwrap_or(path);
+            let names: Vec<&str> = text
+                .lines()
+                .filter_map(|line| line.trim().strip_prefix("-- name:"))
+                .map(str::trim)
+                .collect();
+            let mut file = File::parse(path, text);
+            for name in names {
+                let template: &'static Template = Box::leak(Box::new(file.template(name)));
+                let raw = template.at(PINNED_MAX).to_owned();
+                let lists: Vec<(&str, usize)> = raw
+                    .split("{{")
+                    .skip(1)
+                    .filter_map(|m| m.split([',', ' ', '}']).next())
+                    .map(|name| (name, PINNED_LIST))
+                    .collect();
+                let lists: Vec<(&'static str, usize)> = lists
+                    .into_iter()
+                    .map(|(n, c)| (&*Box::leak(n.to_owned().into_boxed_str()), c))
+                    .collect();
+                all.push((
+                    format!("{family}.{name}"),
+                    template.render(PINNED_MAX, &lists).into_owned(),
+                ));
+            }
+            assert!(file.finish().is_empty());
+        }
         all
     }
 
-    /// The order statements are pinned in: what each dialect lacks is skipped.
-    const ORDER: [&str; 31] = [
-        "insert",
-        "insert_or_find",
-        "replace",
-        "find_occupant",
-        "find_occupant_after_conflict",
-        "by_id",
-        "claim_any",
-        "claim_types",
-        "optimistic_claim_any",
-        "optimistic_claim_types",
-        "claim_update",
-        "claimed",
-        "heartbeat",
-        "complete",
-        "fail",
-        "retry",
-        "cancel",
-        "release",
-        "snooze",
-        "expired",
-        "reap_fail",
-        "reap_requeue",
-        "prune",
-        "pause",
-        "resume",
-        "paused",
-        "running_index",
-        "notify",
-        "notify_cancel",
-        "probe",
-        "guard",
-    ];
+    /// Whitespace as the database ignores it: runs collapsed to one space, none after
+    /// `(` or before `)` and `,`. A space before `(` stays (`INTERVAL (x)` is not the
+    /// function `INTERVAL(x)` on MySQL).
+    fn normalized(sql: &str) -> String {
+        let collapsed = sql.split_whitespace().collect::<Vec<_>>().join(" ");
+        collapsed
+            .replace("( ", "(")
+            .replace(" )", ")")
+            .replace(" ,", ",")
+    }
 
-    fn render(all: Vec<(&'static str, Cow<'static, str>)>) -> String {
-        for (name, sql) in &all {
-            assert!(ORDER.contains(name), "{name} has no place in ORDER");
-            assert!(!sql.is_empty(), "{name} is empty");
+    /// The statements pinned before the move to SQL files, one line each, by group and
+    /// name: `(group, name, text)`.
+    fn pinned_before(dialect: &str) -> Vec<(String, String, String)> {
+        let mut all = Vec::new();
+        for group in [
+            "statements",
+            "admin_statements",
+            "bulk_statements",
+            "ending_statements",
+            "limit_statements",
+        ] {
+            let path = format!(
+                "{}/src/dialect/snapshots/task_dedup__dialect__tests__{dialect}_{group}_are_pinned.snap",
+                env!("CARGO_MANIFEST_DIR")
+            );
+            let text = std::fs::read_to_string(&path).unwrap();
+            let body = text.splitn(3, "---\n").nth(2).unwrap();
+            let mut name = String::new();
+            let mut sql = String::new();
+            for line in body.lines().chain(std::iter::once("")) {
+                if line.is_empty() {
+                    if !name.is_empty() {
+                        all.push((group.to_owned(), name.clone(), sql.trim().to_owned()));
+                    }
+                    name.clear();
+                    sql.clear();
+                } else if name.is_empty() {
+                    match line.split_once(':') {
+                        Some((n, rest)) if !n.contains(' ') => {
+                            name = n.to_owned();
+                            sql = rest.trim().to_owned();
+                        }
+                        _ => panic!("{path}: {line}"),
+                    }
+                } else {
+                    sql.push_str(line);
+                }
+            }
         }
-        ORDER
-            .iter()
-            .filter_map(|name| all.iter().find(|(n, _)| n == name))
-            .map(|(name, sql)| format!("{name}:\n{sql}\n"))
-            .collect::<Vec<_>>()
-            .join("\n")
+        all
     }
 
-    // Each dialect's statements, pinned as whole texts in `snapshots/`: a change to any
-    // of them shows up in review as a diff of the SQL itself.
-    #[cfg(feature = "postgres")]
-    #[test]
-    fn postgres_statements_are_pinned() {
-        let mut all = render_returning(&postgres::STATEMENTS, &postgres::RETURNING);
-        all.push(("notify", Cow::Borrowed(postgres::NOTIFY)));
-        all.push(("notify_cancel", Cow::Borrowed(postgres::NOTIFY_CANCEL)));
-        all.push(("probe", Cow::Borrowed(postgres::PROBE)));
-        all.push(("guard", Cow::Borrowed(postgres::GUARD)));
-        insta::assert_snapshot!(render(all));
+    /// Where a statement pinned before lives now: its file and name.
+    fn moved_to(dialect: &str, group: &str, name: &str) -> Option<String> {
+        let same_read = dialect != "mysql";
+        Some(match (group, name) {
+            (_, "chunk") => return None,
+            (_, n) if n.starts_with("list_") => return None,
+            ("statements", "find_occupant_after_conflict") if same_read => {
+                "enqueue.find_occupant".to_owned()
+            }
+            ("statements", n) => {
+                let family = match n {
+                    "insert"
+                    | "insert_or_find"
+                    | "replace"
+                    | "find_occupant"
+                    | "find_occupant_after_conflict"
+                    | "by_id" => "enqueue",
+                    "claim_any"
+                    | "claim_types"
+                    | "optimistic_claim_any"
+                    | "optimistic_claim_types"
+                    | "claim_update"
+                    | "claimed" => "claim",
+                    "prune" | "pause" | "resume" | "paused" => "maintenance",
+                    "running_index" | "guard" => "schema",
+                    "notify" | "notify_cancel" | "probe" => "wakeups",
+                    _ => "lifecycle",
+                };
+                format!("{family}.{n}")
+            }
+            ("bulk_statements", "find_occupants_after_own_insert") if same_read => {
+                "bulk.find_occupants".to_owned()
+            }
+            ("bulk_statements", "prune_ids") => "maintenance.prune_ids".to_owned(),
+            ("bulk_statements", n) => format!("bulk.{n}"),
+            ("ending_statements", n) => format!("endings.{n}"),
+            ("limit_statements", n) => format!("limits.{n}"),
+            ("admin_statements", n) => format!("admin.{n}"),
+            _ => unreachable!(),
+        })
     }
 
-    #[cfg(feature = "sqlite")]
-    #[test]
-    fn sqlite_statements_are_pinned() {
-        let mut all = render_returning(&sqlite::STATEMENTS, &sqlite::RETURNING);
-        all.push(("guard", Cow::Borrowed(sqlite::GUARD)));
-        insta::assert_snapshot!(render(all));
-    }
-
-    /// MySQL's flows of its own, with two tasks where a statement takes a list of ids.
-    #[cfg(feature = "mysql")]
-    #[test]
-    fn mysql_statements_are_pinned() {
-        let mut all = render_common(&mysql::STATEMENTS);
-        all.extend([
-            ("replace", Cow::Borrowed(mysql::REPLACE)),
-            ("claim_any", Cow::Borrowed(mysql::CLAIM_ANY)),
-            ("claim_types", mysql::claim_types(2)),
-            (
-                "optimistic_claim_any",
-                Cow::Borrowed(mysql::OPTIMISTIC_CLAIM_ANY),
-            ),
-            ("optimistic_claim_types", mysql::optimistic_claim_types(2)),
-            ("claim_update", mysql::claim_update(2)),
-            ("claimed", mysql::claimed(2)),
-            ("guard", Cow::Borrowed(mysql::GUARD)),
-        ]);
-        insta::assert_snapshot!(render(all));
-    }
-
-    /// Each dialect's bulk statements, for two rows, pinned like the others.
-    fn render_bulk(bulk: &Bulk) -> String {
-        format!(
-            "chunk: {}\n\ninsert:\n{}\n\nreplace:\n{}\n\nfind_occupants:\n{}\n\n\
-             find_occupants_after_own_insert:\n{}\n\nby_ids:\n{}\n",
-            bulk.chunk,
-            (bulk.insert)(2),
-            (bulk.replace)(2),
-            (bulk.find_occupants)(2),
-            (bulk.find_occupants_after_own_insert)(2),
-            (bulk.by_ids)(2),
-        )
-    }
-
-    #[cfg(feature = "postgres")]
-    #[test]
-    fn postgres_bulk_statements_are_pinned() {
-        insta::assert_snapshot!(render_bulk(&postgres::BULK));
-    }
-
-    #[cfg(feature = "sqlite")]
-    #[test]
-    fn sqlite_bulk_statements_are_pinned() {
-        insta::assert_snapshot!(render_bulk(&sqlite::BULK));
-    }
-
-    #[cfg(feature = "mysql")]
-    #[test]
-    fn mysql_bulk_statements_are_pinned() {
-        let ids_in = mysql::ids_in(2);
-        let prune_ids = mysql::prune_ids(2);
-        insta::assert_snapshot!(format!(
-            "{}\nids_in:\n{ids_in}\n\nprune_ids:\n{prune_ids}\n",
-            render_bulk(&mysql::BULK)
-        ));
-    }
-
-    /// Each dialect's batch endings, for two rows, pinned like the others.
-    fn render_endings(endings: &Endings) -> String {
-        format!(
-            "complete:\n{}\n\nfail:\n{}\n\nretry:\n{}\n",
-            (endings.complete)(2),
-            (endings.fail)(2),
-            (endings.retry)(2),
-        )
+    /// The move to SQL files changed no text the database sees (but its whitespace):
+    /// every statement pinned before is rendered the same, and every rendered statement
+    /// was pinned (but the two PostgreSQL texts of the pooler mode's function, pinned
+    /// here for the first time).
+    fn unchanged(dialect: &str, files: &[(&'static str, &'static str)]) {
+        let now = rendered(files);
+        let mut seen = Vec::new();
+        let mut changed = Vec::new();
+        for (group, name, before) in pinned_before(dialect) {
+            if before == "-" {
+                continue;
+            }
+            let Some(key) = moved_to(dialect, &group, &name) else {
+                continue;
+            };
+            let after = now
+                .iter()
+                .find(|(k, _)| *k == key)
+                .unwrap_or_else(|| panic!("{dialect}: {key} is gone"));
+            if normalized(&after.1) != normalized(&before) {
+                changed.push(format!(
+                    "{dialect}: {group}.{name} changed:\n  now:    {}\n  before: {}",
+                    normalized(&after.1),
+                    normalized(&before)
+                ));
+            }
+            seen.push(key);
+        }
+        for (key, _) in &now {
+            assert!(
+                seen.contains(key)
+                    || ["enqueue.has_insert_or_find", "enqueue.insert_or_find_call"]
+                        .contains(&key.as_str()),
+                "{dialect}: {key} is new"
+            );
+        }
+        assert!(changed.is_empty(), "{}", changed.join("\n"));
     }
 
     #[cfg(feature = "postgres")]
     #[test]
-    fn postgres_ending_statements_are_pinned() {
-        insta::assert_snapshot!(render_endings(&postgres::ENDINGS));
+    fn postgres_texts_are_unchanged() {
+        unchanged("postgres", &postgres::FILES);
+        assert!(
+            postgres::sql().problems.is_empty(),
+            "{:?}",
+            postgres::sql().problems
+        );
     }
 
     #[cfg(feature = "sqlite")]
     #[test]
-    fn sqlite_ending_statements_are_pinned() {
-        insta::assert_snapshot!(render_endings(&sqlite::ENDINGS));
+    fn sqlite_texts_are_unchanged() {
+        unchanged("sqlite", &sqlite::FILES);
+        assert!(
+            sqlite::sql().problems.is_empty(),
+            "{:?}",
+            sqlite::sql().problems
+        );
     }
 
     #[cfg(feature = "mysql")]
     #[test]
-    fn mysql_ending_statements_are_pinned() {
-        let ended_by = mysql::ended_by(2);
-        insta::assert_snapshot!(format!(
-            "{}\nended_by:\n{ended_by}\n",
-            render_endings(&mysql::ENDINGS)
-        ));
+    fn mysql_texts_are_unchanged() {
+        unchanged("mysql", &mysql::FILES);
+        assert!(
+            mysql::sql().problems.is_empty(),
+            "{:?}",
+            mysql::sql().problems
+        );
     }
 
-    // The admin API's statements and a few list shapes, pinned like the others.
-    #[cfg(feature = "postgres")]
+    /// The admin lists, built from parts: the same texts as pinned before.
     #[test]
-    fn postgres_admin_statements_are_pinned() {
-        let dialect = Dialect::Postgres;
-        insta::assert_snapshot!(admin::tests::render(dialect, dialect.admin()));
-    }
-
-    #[cfg(feature = "sqlite")]
-    #[test]
-    fn sqlite_admin_statements_are_pinned() {
-        let dialect = Dialect::Sqlite;
-        insta::assert_snapshot!(admin::tests::render(dialect, dialect.admin()));
-    }
-
-    #[cfg(feature = "mysql")]
-    #[test]
-    fn mysql_admin_statements_are_pinned() {
-        let dialect = Dialect::MySql;
-        insta::assert_snapshot!(admin::tests::render(dialect, dialect.admin()));
-    }
-
-    // The limited claim's and the limits' statements.
-    #[cfg(feature = "postgres")]
-    #[test]
-    fn postgres_limit_statements_are_pinned() {
-        insta::assert_snapshot!(limits::tests::render(Dialect::Postgres.limits()));
-    }
-
-    #[cfg(feature = "sqlite")]
-    #[test]
-    fn sqlite_limit_statements_are_pinned() {
-        insta::assert_snapshot!(limits::tests::render(Dialect::Sqlite.limits()));
-    }
-
-    #[cfg(feature = "mysql")]
-    #[test]
-    fn mysql_limit_statements_are_pinned() {
-        insta::assert_snapshot!(limits::tests::render(Dialect::MySql.limits()));
+    fn admin_lists_are_unchanged() {
+        for dialect in [
+            #[cfg(feature = "postgres")]
+            ("postgres", Dialect::Postgres),
+            #[cfg(feature = "sqlite")]
+            ("sqlite", Dialect::Sqlite),
+            #[cfg(feature = "mysql")]
+            ("mysql", Dialect::MySql),
+        ] {
+            let before = pinned_before(dialect.0);
+            for (name, text) in admin::tests::lists(dialect.1) {
+                let (_, _, pinned) = before.iter().find(|(_, n, _)| *n == name).unwrap();
+                assert_eq!(text, *pinned, "{}: {name}", dialect.0);
+            }
+        }
     }
 
     #[test]
@@ -778,6 +701,6 @@ pub(crate) mod tests {
         let entity: Vec<&str> = task_run::Column::iter()
             .map(|c| sea_orm::IdenStatic::as_str(&c))
             .collect();
-        assert_eq!(columns!(), entity.join(", "));
+        assert_eq!(render::COLUMNS, entity.join(", "));
     }
 }

@@ -125,7 +125,7 @@ impl Executor<'_> {
 
     /// The database's clock.
     pub(crate) async fn now(&mut self) -> Result<Time, Failure> {
-        let rows = self.rows(self.dialect.admin().now, vec![]).await?;
+        let rows = self.rows(self.dialect.admin().now.as_str(), vec![]).await?;
         let row = rows.first().ok_or_else(|| {
             Failure::from(sea_orm::DbErr::Custom(
                 "task-dedup: the clock query returned no row".to_owned(),
@@ -136,7 +136,9 @@ impl Executor<'_> {
 
     /// The number of tasks per (type, status).
     pub(crate) async fn counts(&mut self) -> Result<Vec<(String, String, i64)>, Failure> {
-        let rows = self.rows(self.dialect.admin().counts, vec![]).await?;
+        let rows = self
+            .rows(self.dialect.admin().counts.as_str(), vec![])
+            .await?;
         Ok(rows
             .iter()
             .map(|row| {
@@ -151,7 +153,9 @@ impl Executor<'_> {
 
     /// Every task type there is, in order.
     pub(crate) async fn task_types(&mut self) -> Result<Vec<String>, Failure> {
-        let rows = self.rows(self.dialect.admin().task_types, vec![]).await?;
+        let rows = self
+            .rows(self.dialect.admin().task_types.as_str(), vec![])
+            .await?;
         Ok(rows
             .iter()
             .map(|row| row.try_get("", "task_type"))
@@ -175,7 +179,7 @@ impl Executor<'_> {
             .flat_map(|_| [Arg::Str(task_type), Arg::I64(limit)])
             .collect();
         let rows = self
-            .rows(self.dialect.admin().counts_of_type, values)
+            .rows(self.dialect.admin().counts_of_type.as_str(), values)
             .await?;
         Ok(rows
             .iter()
@@ -186,7 +190,9 @@ impl Executor<'_> {
     /// Tasks created, succeeded and failed per minute over the last hour: (what, minute
     /// since the epoch, count).
     pub(crate) async fn throughput(&mut self) -> Result<Vec<(String, i64, i64)>, Failure> {
-        let rows = self.rows(self.dialect.admin().throughput, vec![]).await?;
+        let rows = self
+            .rows(self.dialect.admin().throughput.as_str(), vec![])
+            .await?;
         Ok(rows
             .iter()
             .map(|row| {
@@ -202,7 +208,7 @@ impl Executor<'_> {
     /// The creation time of the oldest queued task of each type.
     pub(crate) async fn oldest_queued(&mut self) -> Result<Vec<(String, Time)>, Failure> {
         let rows = self
-            .rows(self.dialect.admin().oldest_queued, vec![])
+            .rows(self.dialect.admin().oldest_queued.as_str(), vec![])
             .await?;
         Ok(rows
             .iter()
@@ -213,7 +219,7 @@ impl Executor<'_> {
     /// Deletes task `id` if it is finished; whether it did.
     pub(crate) async fn delete(&mut self, id: Uuid) -> Result<bool, Failure> {
         let deleted = self
-            .affected(self.dialect.admin().delete, vec![Arg::Uuid(id)])
+            .affected(self.dialect.admin().delete.as_str(), vec![Arg::Uuid(id)])
             .await?;
         Ok(deleted == 1)
     }
@@ -225,7 +231,11 @@ impl Executor<'_> {
         }
         let mut values = vec![Arg::Str(reason)];
         values.extend(args::ids(self.dialect, ids));
-        let sql = (self.dialect.admin().cancel_many)(ids.len());
+        let sql = self
+            .dialect
+            .admin()
+            .cancel_many
+            .render(0, &[("ids", ids.len())]);
         self.affected(sql, values).await
     }
 
@@ -235,7 +245,11 @@ impl Executor<'_> {
             return Ok(0);
         }
         let values = args::ids(self.dialect, ids);
-        let sql = (self.dialect.admin().delete_many)(ids.len());
+        let sql = self
+            .dialect
+            .admin()
+            .delete_many
+            .render(0, &[("ids", ids.len())]);
         self.affected(sql, values).await
     }
 }

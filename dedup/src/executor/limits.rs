@@ -46,8 +46,20 @@ pub(crate) struct ListedLimit {
     pub running: i64,
 }
 
+/// The lock-free tries of a limited type's claim, cheapest first (`lifecycle::limited`
+/// says which to try; [`Executor::lock_free_claim`] which statement that is).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LockFree {
+    /// The first try: a random range of free run slots, or the running tasks counted in
+    /// the statement, or the slots read with the candidates.
+    Window,
+    /// The second: the free run slots read.
+    Slots,
+}
+
 /// What `Executor::slots_and_candidates` read: a type's limit, its running tasks'
 /// slots (`None`: a task without one) and its next due tasks.
+#[cfg(feature = "mysql")]
 pub(crate) struct SlotsRead {
     pub limit: i64,
     pub running: Vec<Option<i64>>,
@@ -69,7 +81,9 @@ pub(crate) struct Candidate {
 impl Executor<'_> {
     /// The limited task types.
     pub(crate) async fn limited_types(&mut self) -> Result<Vec<String>, Failure> {
-        let rows = self.rows(self.dialect.limits().types, vec![]).await?;
+        let rows = self
+            .rows(self.dialect.limits().types.as_str(), vec![])
+            .await?;
         Ok(rows
             .iter()
             .map(|row| row.try_get("", "task_type"))
@@ -80,7 +94,10 @@ impl Executor<'_> {
     /// transaction ends (`task_type` [`ALL_TYPES`]: that row alone).
     pub(crate) async fn lock_limits(&mut self, task_type: &str) -> Result<Locked, Failure> {
         let rows = self
-            .rows(self.dialect.limits().lock, vec![Arg::Str(task_type)])
+            .rows(
+                self.dialect.limits().lock.as_str(),
+                vec![Arg::Str(task_type)],
+            )
             .await?;
         let mut locked = Locked::default();
         for row in &rows {
@@ -97,7 +114,7 @@ impl Executor<'_> {
     /// Every running task's user.
     pub(crate) async fn running_users(&mut self) -> Result<Vec<String>, Failure> {
         let rows = self
-            .rows(self.dialect.limits().running_users, vec![])
+            .rows(self.dialect.limits().running_users.as_str(), vec![])
             .await?;
         Ok(rows
             .iter()
@@ -114,7 +131,10 @@ impl Executor<'_> {
         excluded: &[&str],
         max: i64,
     ) -> Result<Vec<Candidate>, Failure> {
-        let sql = (self.dialect.limits().rest_candidates)(task_types.len(), excluded.len(), max);
+        let sql = self.dialect.limits().rest_candidates.render(
+            max,
+            &[("types", task_types.len()), ("users", excluded.len())],
+        );
         let mut values = users(self.dialect, task_types);
         values.extend(users(self.dialect, excluded));
         values.push(Arg::I64(max));
@@ -128,7 +148,10 @@ impl Executor<'_> {
         task_type: &str,
     ) -> Result<Vec<(String, Option<i32>)>, Failure> {
         let rows = self
-            .rows(self.dialect.limits().running, vec![Arg::Str(task_type)])
+            .rows(
+                self.dialect.limits().running.as_str(),
+                vec![Arg::Str(task_type)],
+            )
             .await?;
         Ok(rows
             .iter()
@@ -136,46 +159,114 @@ impl Executor<'_> {
             .collect::<Result<_, sea_orm::DbErr>>()?)
     }
 
-    /// The claim of a type whose only limit is `max_running`, in one statement: `sql`,
-    /// `Limits::window_claim` or `Limits::slot_claim`.
-    pub(crate) async fn slot_claim(
+    /// The lock-free claim of a type whose only limit is `max_running` at `stage`, in
+    /// the form `how`: up to `max` of its due tasks, as many as the limit leaves, started
+    /// under `worker_id`'s lease without the type's lock. Which statement that is, is the
+    /// dialect's: PostgreSQL a random range of free run slots (`Window`, or its optimistic
+    /// form) or the free slots read (`Slots`); SQLite the running tasks counted in the
+    /// statement (`Window`; writers take turns, so there is nothing to read at `Slots`);
+    /// MySQL/MariaDB the slots read with the candidates and free ones picked, in a
+    /// transaction of its own (`Window`; `executor::mysql`). Starts nothing where the
+    /// dialect has no such try, for a type with other limits, or while one of its running
+    /// tasks holds no slot below the limit. A slot another claim took first fails it
+    /// ([`Kind::SlotTaken`](crate::dialect::Kind::SlotTaken)); a picked key that runs,
+    /// in the optimistic form, too ([`Kind::RunningKey`](crate::dialect::Kind::RunningKey)):
+    /// it took nothing then.
+    pub(crate) async fn lock_free_claim(
         &mut self,
-        sql: &'static str,
+        stage: LockFree,
+        how: Claim,
         worker_id: &str,
         task_type: &str,
         lease_micros: i64,
         max: i64,
     ) -> Result<Vec<task_run::Model>, Failure> {
+        #[cfg(feature = "mysql")]
+        if self.dialect == Dialect::MySql {
+            return match stage {
+                LockFree::Window => {
+                    super::mysql::claim_by_read_slots(
+                        self,
+                        how,
+                        worker_id,
+                        task_type,
+                        lease_micros,
+                        max,
+                    )
+                    .await
+                }
+                LockFree::Slots => Ok(Vec::new()),
+            };
+        }
+        let Some(sql) = self.lock_free_text(stage, how, max) else {
+            return Ok(Vec::new());
+        };
         let values = vec![
             Arg::Str(worker_id),
             args::interval(self.dialect, lease_micros),
             Arg::Str(task_type),
             Arg::I64(max),
         ];
+        // In the caller's transaction, a savepoint: a slot another claim took (a unique
+        // violation) would otherwise abort it.
+        if self.in_transaction() {
+            let mut txn = self.begin(false).await?;
+            let outcome = txn.tasks(sql, values).await;
+            return txn.finish(outcome).await;
+        }
+        // A rerun after a lost race, as the main claim's (`Executor::hold`).
+        self.hold().await?;
         self.tasks(sql, values).await
     }
 
-    /// A type whose only limit is `max_running`, in one statement: up to `max` of its
-    /// due tasks (locked; `how` optimistic: without the probe for running tasks of their
-    /// keys), its limit, and its running tasks' slots (`None`: a task without one).
-    /// `None` for a type with other limits, or where the dialect has no such read
-    /// (`Limits::slots_and_candidates`).
-    pub(crate) async fn slots_and_candidates(
+    /// The one statement of [`lock_free_claim`](Self::lock_free_claim) at `stage` where
+    /// the dialect has one.
+    fn lock_free_text(&self, stage: LockFree, how: Claim, max: i64) -> Option<&'static str> {
+        let _ = (stage, how, max);
+        match self.dialect {
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => {
+                let texts = &crate::dialect::postgres::sql().lock_free;
+                Some(match (stage, how) {
+                    (LockFree::Window, Claim::Optimistic) => texts.optimistic_window_claim.at(max),
+                    (LockFree::Window, Claim::Probing) => texts.window_claim.at(max),
+                    (LockFree::Slots, _) => texts.slot_claim.at(max),
+                })
+            }
+            // Writers take turns: the window claim's count is exact, and there are no
+            // slots to read.
+            #[cfg(feature = "sqlite")]
+            Dialect::Sqlite => {
+                let texts = &crate::dialect::sqlite::sql().lock_free;
+                match (stage, how) {
+                    (LockFree::Window, Claim::Optimistic) => Some(&texts.optimistic_window_claim),
+                    (LockFree::Window, Claim::Probing) => Some(&texts.window_claim),
+                    (LockFree::Slots, _) => None,
+                }
+            }
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
+
+    /// A type whose only limit is `max_running`, in one statement (MySQL/MariaDB): up to
+    /// `max` of its due tasks (locked; `how` optimistic: without the probe for running
+    /// tasks of their keys), its limit, and its running tasks' slots (`None`: a task
+    /// without one). `None` for a type with other limits.
+    #[cfg(feature = "mysql")]
+    pub(super) async fn slots_and_candidates(
         &mut self,
         task_type: &str,
         how: Claim,
         max: i64,
     ) -> Result<Option<SlotsRead>, Failure> {
-        let limits = self.dialect.limits();
+        let claims = &crate::dialect::mysql::sql().claims;
         let sql = match how {
-            Claim::Optimistic => limits.slots_and_optimistic_candidates,
-            Claim::Probing => limits.slots_and_candidates,
-        };
-        let Some(sql) = sql else {
-            return Ok(None);
+            Claim::Optimistic => &claims.slots_and_optimistic_candidates,
+            Claim::Probing => &claims.slots_and_candidates,
         };
         let values = vec![Arg::Str(task_type), Arg::I64(max), Arg::Str(task_type)];
-        let rows = self.rows(sql, values).await?;
+        let rows = self.rows(sql.as_str(), values).await?;
         let mut limit = None;
         let mut running = Vec::new();
         let mut candidates = Vec::new();
@@ -204,7 +295,11 @@ impl Executor<'_> {
         excluded: &[&str],
         max: i64,
     ) -> Result<Vec<Candidate>, Failure> {
-        let sql = (self.dialect.limits().candidates)(excluded.len(), max);
+        let sql = self
+            .dialect
+            .limits()
+            .candidates
+            .render(max, &[("users", excluded.len())]);
         let mut values = vec![Arg::Str(task_type)];
         values.extend(users(self.dialect, excluded));
         values.push(Arg::I64(max));
@@ -231,7 +326,9 @@ impl Executor<'_> {
                 Arg::I64(max),
             ],
         };
-        let rows = self.rows(self.dialect.limits().fair_users, values).await?;
+        let rows = self
+            .rows(self.dialect.limits().fair_users.as_str(), values)
+            .await?;
         Ok(rows
             .iter()
             .map(|row| row.try_get("", "user_id"))
@@ -246,7 +343,9 @@ impl Executor<'_> {
         max: i64,
     ) -> Result<Vec<Candidate>, Failure> {
         let values = vec![Arg::Str(task_type), Arg::Str(user_id), Arg::I64(max)];
-        let rows = self.rows(self.dialect.limits().fair_heads, values).await?;
+        let rows = self
+            .rows(self.dialect.limits().fair_heads.as_str(), values)
+            .await?;
         candidates(&rows)
     }
 
@@ -257,7 +356,7 @@ impl Executor<'_> {
         user_id: &str,
     ) -> Result<(), Failure> {
         let values = vec![Arg::Str(user_id), Arg::Str(task_type)];
-        self.affected(self.dialect.limits().fair_cursor, values)
+        self.affected(self.dialect.limits().fair_cursor.as_str(), values)
             .await?;
         Ok(())
     }
@@ -271,7 +370,11 @@ impl Executor<'_> {
         ids: &[Uuid],
         slots: &[Option<i64>],
     ) -> Result<Vec<task_run::Model>, Failure> {
-        let sql = (self.dialect.limits().claim_ids)(ids.len());
+        let sql = self
+            .dialect
+            .limits()
+            .claim_ids
+            .render(0, &[("slots", ids.len()), ("ids", ids.len())]);
         let mut values = vec![
             Arg::Str(worker_id),
             args::interval(self.dialect, lease_micros),
@@ -295,7 +398,10 @@ impl Executor<'_> {
             #[cfg(feature = "mysql")]
             Dialect::MySql => {
                 self.affected(sql, values).await?;
-                let read = crate::dialect::mysql::claimed(ids.len());
+                let read = crate::dialect::mysql::sql()
+                    .claims
+                    .claimed
+                    .render(0, &[("ids", ids.len())]);
                 let mut tasks = self.tasks(read, args::ids(self.dialect, ids)).await?;
                 // Those no longer queued were not claimed (the transaction's write
                 // locks keep the others as the UPDATE left them).
@@ -322,7 +428,8 @@ impl Executor<'_> {
             Arg::I64(starts),
             Arg::Str(task_type),
         ];
-        self.affected(self.dialect.limits().window, values).await?;
+        self.affected(self.dialect.limits().window.as_str(), values)
+            .await?;
         Ok(())
     }
 
@@ -341,19 +448,25 @@ impl Executor<'_> {
             Arg::OptI64(rate_window_micros),
             Arg::Bool(fair),
         ];
-        self.affected(self.dialect.limits().set, values).await?;
+        self.affected(self.dialect.limits().set.as_str(), values)
+            .await?;
         Ok(())
     }
 
     /// Removes `task_type`'s limits; whether it had any.
     pub(crate) async fn clear_limits(&mut self, task_type: &str) -> Result<bool, Failure> {
         let values = vec![Arg::Str(task_type)];
-        Ok(self.affected(self.dialect.limits().clear, values).await? == 1)
+        Ok(self
+            .affected(self.dialect.limits().clear.as_str(), values)
+            .await?
+            == 1)
     }
 
     /// Every limited type, by name.
     pub(crate) async fn list_limits(&mut self) -> Result<Vec<ListedLimit>, Failure> {
-        let rows = self.rows(self.dialect.limits().list, vec![]).await?;
+        let rows = self
+            .rows(self.dialect.limits().list.as_str(), vec![])
+            .await?;
         Ok(rows
             .iter()
             .map(|row| {

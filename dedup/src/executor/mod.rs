@@ -150,7 +150,7 @@ impl<'a> Change<'a> {
                 lease_micros,
                 worker_id,
             } => (
-                s.heartbeat,
+                s.heartbeat.as_str(),
                 vec![
                     args::interval(dialect, lease_micros),
                     Arg::Uuid(id),
@@ -158,11 +158,11 @@ impl<'a> Change<'a> {
                 ],
             ),
             Change::Complete { result, worker_id } => (
-                s.complete,
+                s.complete.as_str(),
                 vec![Arg::Json(result), Arg::Uuid(id), Arg::Str(worker_id)],
             ),
             Change::Fail { error, worker_id } => (
-                s.fail,
+                s.fail.as_str(),
                 vec![Arg::Str(error), Arg::Uuid(id), Arg::Str(worker_id)],
             ),
             Change::Retry {
@@ -170,7 +170,7 @@ impl<'a> Change<'a> {
                 delay_micros,
                 worker_id,
             } => (
-                s.retry,
+                s.retry.as_str(),
                 vec![
                     Arg::Str(error),
                     args::interval(dialect, delay_micros),
@@ -178,20 +178,22 @@ impl<'a> Change<'a> {
                     Arg::Str(worker_id),
                 ],
             ),
-            Change::Cancel { reason } => (s.cancel, vec![Arg::Str(reason), Arg::Uuid(id)]),
-            Change::Release { worker_id } => (s.release, vec![Arg::Uuid(id), Arg::Str(worker_id)]),
+            Change::Cancel { reason } => (s.cancel.as_str(), vec![Arg::Str(reason), Arg::Uuid(id)]),
+            Change::Release { worker_id } => {
+                (s.release.as_str(), vec![Arg::Uuid(id), Arg::Str(worker_id)])
+            }
             Change::Snooze {
                 delay_micros,
                 worker_id,
             } => (
-                s.snooze,
+                s.snooze.as_str(),
                 vec![
                     args::interval(dialect, delay_micros),
                     Arg::Uuid(id),
                     Arg::Str(worker_id),
                 ],
             ),
-            Change::Requeue => (dialect.admin().retry, vec![Arg::Uuid(id)]),
+            Change::Requeue => (dialect.admin().retry.as_str(), vec![Arg::Uuid(id)]),
         }
     }
 }
@@ -366,12 +368,12 @@ impl<'c> Executor<'c> {
                 {
                     return Ok(inserted);
                 }
-                self.insert_returning(&crate::dialect::postgres::RETURNING, row, replace)
+                self.insert_returning(&crate::dialect::postgres::sql().returning, row, replace)
                     .await
             }
             #[cfg(feature = "sqlite")]
             Dialect::Sqlite => {
-                self.insert_returning(&crate::dialect::sqlite::RETURNING, row, replace)
+                self.insert_returning(&crate::dialect::sqlite::sql().returning, row, replace)
                     .await
             }
             #[cfg(feature = "mysql")]
@@ -416,14 +418,16 @@ impl<'c> Executor<'c> {
         {
             return Ok(inserted);
         }
-        let Some(sql) = self.statements().insert_or_find else {
+        let Some(sql) = &self.statements().insert_or_find else {
             return self.insert(row, false).await;
         };
-        Ok(match self.task(sql, args::row(row).into()).await? {
-            Some(stored) if stored.id == row.id => Inserted::Created,
-            Some(stored) => Inserted::Existing(Box::new(stored)),
-            None => Inserted::Held,
-        })
+        Ok(
+            match self.task(sql.as_str(), args::row(row).into()).await? {
+                Some(stored) if stored.id == row.id => Inserted::Created,
+                Some(stored) => Inserted::Existing(Box::new(stored)),
+                None => Inserted::Held,
+            },
+        )
     }
 
     /// [`insert_or_find`](Self::insert_or_find) in `PoolerMode::NoPreparedStatements`:
@@ -435,12 +439,14 @@ impl<'c> Executor<'c> {
         &mut self,
         row: &task_run::Model,
     ) -> Result<Option<Inserted>, Failure> {
-        use crate::dialect::postgres::{HAS_INSERT_OR_FIND, INSERT_OR_FIND_CALL};
+        let sql = crate::dialect::postgres::sql();
         let identity = self.database_identity();
         let present = match pooler::has_function(identity) {
             Some(present) => present,
             None => {
-                let rows = self.rows(HAS_INSERT_OR_FIND, Vec::new()).await?;
+                let rows = self
+                    .rows(sql.has_insert_or_find.as_str(), Vec::new())
+                    .await?;
                 let present = rows
                     .first()
                     .and_then(|row| row.try_get_by_index::<bool>(0).ok())
@@ -452,7 +458,10 @@ impl<'c> Executor<'c> {
         if !present {
             return Ok(None);
         }
-        match self.task(INSERT_OR_FIND_CALL, args::row(row).into()).await {
+        match self
+            .task(sql.insert_or_find_call.as_str(), args::row(row).into())
+            .await
+        {
             Ok(Some(stored)) if stored.id == row.id => Ok(Some(Inserted::Created)),
             Ok(Some(stored)) => Ok(Some(Inserted::Existing(Box::new(stored)))),
             Ok(None) => Ok(Some(Inserted::Held)),
@@ -477,7 +486,7 @@ impl<'c> Executor<'c> {
     #[cfg(any(feature = "postgres", feature = "sqlite"))]
     async fn insert_returning(
         &mut self,
-        returning: &Returning,
+        returning: &'static Returning,
         row: &task_run::Model,
         replace: bool,
     ) -> Result<Inserted, Failure> {
@@ -485,7 +494,7 @@ impl<'c> Executor<'c> {
             // RETURNING rather than the affected-row count: the same answer, and on
             // SQLite a lower median latency under contention (BENCHMARKS.md).
             let inserted = self
-                .rows(self.statements().insert, args::row(row).into())
+                .rows(self.statements().insert.as_str(), args::row(row).into())
                 .await?;
             return Ok(if inserted.is_empty() {
                 Inserted::Held
@@ -496,7 +505,10 @@ impl<'c> Executor<'c> {
         // The upsert returns the row it inserted (our id) or the queued row it updated
         // (another id); nothing when the task holding the key is not queued.
         Ok(
-            match self.task(returning.replace, args::row(row).into()).await? {
+            match self
+                .task(returning.replace.as_str(), args::row(row).into())
+                .await?
+            {
                 Some(stored) if stored.id == row.id => Inserted::Created,
                 Some(stored) => Inserted::Replaced(Box::new(stored)),
                 None => Inserted::Held,
@@ -515,16 +527,17 @@ impl<'c> Executor<'c> {
     ) -> Result<Option<task_run::Model>, Failure> {
         let statements = self.statements();
         let sql = if after_conflict {
-            statements.find_occupant_after_conflict
+            &statements.find_occupant_after_conflict
         } else {
-            statements.find_occupant
+            &statements.find_occupant
         };
-        self.task(sql, args::slot(key, window_end).into()).await
+        self.task(sql.as_str(), args::slot(key, window_end).into())
+            .await
     }
 
     /// One task by id.
     pub(crate) async fn by_id(&mut self, id: Uuid) -> Result<Option<task_run::Model>, Failure> {
-        self.task(self.statements().by_id, vec![Arg::Uuid(id)])
+        self.task(self.statements().by_id.as_str(), vec![Arg::Uuid(id)])
             .await
     }
 
@@ -549,7 +562,7 @@ impl<'c> Executor<'c> {
             // would otherwise abort the whole transaction.
             #[cfg(feature = "postgres")]
             Dialect::Postgres if self.in_transaction() => {
-                let returning = &crate::dialect::postgres::RETURNING;
+                let returning = &crate::dialect::postgres::sql().returning;
                 let mut txn = self.begin(false).await?;
                 let outcome = txn
                     .claim_returning(returning, how, worker_id, task_types, lease_micros, max)
@@ -558,13 +571,13 @@ impl<'c> Executor<'c> {
             }
             #[cfg(feature = "postgres")]
             Dialect::Postgres => {
-                let returning = &crate::dialect::postgres::RETURNING;
+                let returning = &crate::dialect::postgres::sql().returning;
                 self.claim_returning(returning, how, worker_id, task_types, lease_micros, max)
                     .await?
             }
             #[cfg(feature = "sqlite")]
             Dialect::Sqlite => {
-                let returning = &crate::dialect::sqlite::RETURNING;
+                let returning = &crate::dialect::sqlite::sql().returning;
                 self.claim_returning(returning, how, worker_id, task_types, lease_micros, max)
                     .await?
             }
@@ -581,7 +594,7 @@ impl<'c> Executor<'c> {
     #[cfg(any(feature = "postgres", feature = "sqlite"))]
     async fn claim_returning(
         &mut self,
-        returning: &Returning,
+        returning: &'static Returning,
         how: Claim,
         worker_id: &str,
         task_types: &[&str],
@@ -593,13 +606,13 @@ impl<'c> Executor<'c> {
             args::interval(self.dialect, lease_micros),
         ];
         let sql = match (how, task_types.is_empty()) {
-            (Claim::Probing, true) => (returning.claim_any)(max),
-            (Claim::Optimistic, true) => (returning.optimistic_claim_any)(max),
+            (Claim::Probing, true) => returning.claim_any.at(max),
+            (Claim::Optimistic, true) => returning.optimistic_claim_any.at(max),
             (how, false) => {
                 values.push(args::task_types(self.dialect, task_types));
                 match how {
-                    Claim::Probing => (returning.claim_types)(max),
-                    Claim::Optimistic => (returning.optimistic_claim_types)(max),
+                    Claim::Probing => returning.claim_types.at(max),
+                    Claim::Optimistic => returning.optimistic_claim_types.at(max),
                 }
             }
         };
@@ -636,10 +649,11 @@ impl<'c> Executor<'c> {
         let endings = self.dialect.endings();
         let ids = batch.ids();
         let sql = match batch {
-            EndMany::Complete(_) => (endings.complete)(ids.len()),
-            EndMany::Fail(_) => (endings.fail)(ids.len()),
-            EndMany::Retry(_) => (endings.retry)(ids.len()),
-        };
+            EndMany::Complete(_) => &endings.complete,
+            EndMany::Fail(_) => &endings.fail,
+            EndMany::Retry(_) => &endings.retry,
+        }
+        .render(0, &[("rows", ids.len())]);
         let values = args::endings(self.dialect, batch, worker_id);
         match self.dialect {
             #[cfg(feature = "mysql")]
@@ -657,7 +671,9 @@ impl<'c> Executor<'c> {
 
     /// Running tasks whose lease expired: (id, attempts), at most 100.
     pub(crate) async fn expired(&mut self) -> Result<Vec<(Uuid, i32)>, Failure> {
-        let rows = self.rows(self.statements().expired, vec![]).await?;
+        let rows = self
+            .rows(self.statements().expired.as_str(), vec![])
+            .await?;
         Ok(rows
             .iter()
             .map(|row| Ok((row.try_get("", "id")?, row.try_get("", "attempts")?)))
@@ -668,7 +684,10 @@ impl<'c> Executor<'c> {
     /// Whether it applied.
     pub(crate) async fn reap_fail(&mut self, id: Uuid, error: &str) -> Result<bool, Failure> {
         let values = vec![Arg::Str(error), Arg::Uuid(id)];
-        Ok(self.affected(self.statements().reap_fail, values).await? == 1)
+        Ok(self
+            .affected(self.statements().reap_fail.as_str(), values)
+            .await?
+            == 1)
     }
 
     /// Requeues expired task `id` due after `delay_micros`, unless its lease was renewed
@@ -680,7 +699,7 @@ impl<'c> Executor<'c> {
     ) -> Result<bool, Failure> {
         let values = vec![args::interval(self.dialect, delay_micros), Arg::Uuid(id)];
         Ok(self
-            .affected(self.statements().reap_requeue, values)
+            .affected(self.statements().reap_requeue.as_str(), values)
             .await?
             == 1)
     }
@@ -699,27 +718,36 @@ impl<'c> Executor<'c> {
             #[cfg(feature = "mysql")]
             Dialect::MySql => mysql::prune(self, values).await,
             #[allow(unreachable_patterns)]
-            _ => self.affected(self.statements().prune, values).await,
+            _ => {
+                self.affected(self.statements().prune.as_str(), values)
+                    .await
+            }
         }
     }
 
     /// Pauses `task_type`; whether it was not paused before.
     pub(crate) async fn pause(&mut self, task_type: &str) -> Result<bool, Failure> {
         let values = vec![Arg::Str(task_type)];
-        Ok(self.affected(self.statements().pause, values).await? == 1)
+        Ok(self
+            .affected(self.statements().pause.as_str(), values)
+            .await?
+            == 1)
     }
 
     /// Resumes `task_type`; whether it was paused.
     pub(crate) async fn resume(&mut self, task_type: &str) -> Result<bool, Failure> {
         let values = vec![Arg::Str(task_type)];
-        Ok(self.affected(self.statements().resume, values).await? == 1)
+        Ok(self
+            .affected(self.statements().resume.as_str(), values)
+            .await?
+            == 1)
     }
 
     /// The paused task types and when each was paused, by name.
     pub(crate) async fn paused(
         &mut self,
     ) -> Result<Vec<(String, chrono::DateTime<chrono::Utc>)>, Failure> {
-        let rows = self.rows(self.statements().paused, vec![]).await?;
+        let rows = self.rows(self.statements().paused.as_str(), vec![]).await?;
         Ok(rows
             .iter()
             .map(|row| Ok((row.try_get("", "task_type")?, row.try_get("", "paused_at")?)))
@@ -729,7 +757,9 @@ impl<'c> Executor<'c> {
     /// Whether `task_run` has `task_running_resource_uidx` (valid and unique), which an
     /// [optimistic](Claim::Optimistic) claim relies on.
     pub(crate) async fn has_running_index(&mut self) -> Result<bool, Failure> {
-        let rows = self.rows(self.statements().running_index, vec![]).await?;
+        let rows = self
+            .rows(self.statements().running_index.as_str(), vec![])
+            .await?;
         Ok(!rows.is_empty())
     }
 
@@ -745,29 +775,33 @@ impl<'c> Executor<'c> {
         #[cfg(feature = "mysql")]
         if self.dialect == Dialect::MySql {
             // No RETURNING: which rows went in is read back by id.
-            for (group, sql) in [(plain, bulk.insert), (replace, bulk.replace)] {
+            for (group, sql) in [(plain, &bulk.insert), (replace, &bulk.replace)] {
                 if !group.is_empty() {
                     let values = args::rows(self.dialect, group);
-                    self.affected(sql(group.len()), values).await?;
+                    self.affected(sql.render(0, &[("rows", group.len())]), values)
+                        .await?;
                 }
             }
             let ids: Vec<Uuid> = plain.iter().chain(replace).map(|row| row.id).collect();
             if !ids.is_empty() {
                 let values = args::ids(self.dialect, &ids);
-                let sql = crate::dialect::mysql::ids_in(ids.len());
+                let sql = crate::dialect::mysql::sql()
+                    .ids_in
+                    .render(0, &[("ids", ids.len())]);
                 for row in self.rows(sql, values).await? {
                     inserted.created.insert(row.try_get_by_index(0)?);
                 }
             }
             return Ok(inserted);
         }
-        for (group, sql) in [(plain, bulk.insert), (replace, bulk.replace)] {
+        for (group, sql) in [(plain, &bulk.insert), (replace, &bulk.replace)] {
             if group.is_empty() {
                 continue;
             }
             let ours: HashSet<Uuid> = group.iter().map(|row| row.id).collect();
             let values = args::rows(self.dialect, group);
-            for row in self.rows(sql(group.len()), values).await? {
+            let sql = sql.render(0, &[("rows", group.len())]);
+            for row in self.rows(sql, values).await? {
                 let id: Uuid = row.try_get_by_index(0)?;
                 if ours.contains(&id) {
                     inserted.created.insert(id);
@@ -799,12 +833,13 @@ impl<'c> Executor<'c> {
     ) -> Result<Vec<task_run::Model>, Failure> {
         let bulk = self.dialect.bulk();
         let sql = if after_own_insert {
-            bulk.find_occupants_after_own_insert
+            &bulk.find_occupants_after_own_insert
         } else {
-            bulk.find_occupants
+            &bulk.find_occupants
         };
         let values = args::slots(self.dialect, rows);
-        self.tasks(sql(rows.len()), values).await
+        self.tasks(sql.render(0, &[("keys", rows.len())]), values)
+            .await
     }
 
     /// The tasks of `ids` that exist.
@@ -813,8 +848,8 @@ impl<'c> Executor<'c> {
             return Ok(Vec::new());
         }
         let values = args::ids(self.dialect, ids);
-        self.tasks((self.dialect.bulk().by_ids)(ids.len()), values)
-            .await
+        let sql = self.dialect.bulk().by_ids.render(0, &[("ids", ids.len())]);
+        self.tasks(sql, values).await
     }
 
     /// Whether `task_run` holds the guarantee: its unique index is there and is the one
@@ -825,7 +860,9 @@ impl<'c> Executor<'c> {
             #[cfg(feature = "postgres")]
             Dialect::Postgres => {
                 let mut txn = self.begin(false).await?;
-                let outcome = txn.affected(crate::dialect::postgres::GUARD, vec![]).await;
+                let outcome = txn
+                    .affected(crate::dialect::postgres::sql().guard.as_str(), vec![])
+                    .await;
                 let _ = txn.conn.rollback().await;
                 match outcome {
                     Ok(_) => Ok(Guarded::Yes),
@@ -838,7 +875,9 @@ impl<'c> Executor<'c> {
             }
             #[cfg(feature = "sqlite")]
             Dialect::Sqlite => {
-                let rows = self.rows(crate::dialect::sqlite::GUARD, vec![]).await?;
+                let rows = self
+                    .rows(crate::dialect::sqlite::sql().guard.as_str(), vec![])
+                    .await?;
                 let rows = rows
                     .iter()
                     .map(|row| Ok((row.try_get("", "type")?, row.try_get("", "sql")?)))
@@ -847,7 +886,9 @@ impl<'c> Executor<'c> {
             }
             #[cfg(feature = "mysql")]
             Dialect::MySql => {
-                let rows = self.rows(crate::dialect::mysql::GUARD, vec![]).await?;
+                let rows = self
+                    .rows(crate::dialect::mysql::sql().guard.as_str(), vec![])
+                    .await?;
                 let Some(row) = rows.first() else {
                     return Ok(Guarded::NoTable);
                 };
@@ -892,7 +933,7 @@ impl<'c> Executor<'c> {
     /// Wakes PostgreSQL workers that LISTEN (inside a transaction: at its commit).
     #[cfg(feature = "postgres")]
     pub(crate) async fn notify(&mut self) -> Result<(), Failure> {
-        self.affected(crate::dialect::postgres::NOTIFY, vec![])
+        self.affected(crate::dialect::postgres::sql().notify.as_str(), vec![])
             .await
             .map(drop)
     }
@@ -901,14 +942,16 @@ impl<'c> Executor<'c> {
     /// cancelled (inside a transaction: at its commit).
     #[cfg(feature = "postgres")]
     pub(crate) async fn notify_cancel(&mut self) -> Result<(), Failure> {
-        self.affected(crate::dialect::postgres::NOTIFY_CANCEL, vec![])
-            .await
-            .map(drop)
+        self.affected(
+            crate::dialect::postgres::sql().notify_cancel.as_str(),
+            vec![],
+        )
+        .await
+        .map(drop)
     }
 
     /// Notifies `payload` on a worker's probe `channel` if its listener's server
-    /// process `pid` is idle (see [`PROBE`](crate::dialect::postgres::PROBE)); whether
-    /// it did.
+    /// process `pid` is idle (see `wakeups.sql`'s `probe`); whether it did.
     #[cfg(all(feature = "postgres", feature = "worker"))]
     pub(crate) async fn probe(
         &mut self,
@@ -917,7 +960,9 @@ impl<'c> Executor<'c> {
         pid: i64,
     ) -> Result<bool, Failure> {
         let args = vec![Arg::Str(channel), Arg::Str(payload), Arg::I64(pid)];
-        let notified = self.affected(crate::dialect::postgres::PROBE, args).await?;
+        let notified = self
+            .affected(crate::dialect::postgres::sql().probe.as_str(), args)
+            .await?;
         Ok(notified > 0)
     }
 }

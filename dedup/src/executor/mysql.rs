@@ -8,10 +8,7 @@ use uuid::Uuid;
 
 use super::args::{self, Arg};
 use super::{EndMany, Executor, Inserted};
-use crate::dialect::mysql::{
-    CLAIM_ANY, OPTIMISTIC_CLAIM_ANY, REPLACE, STATEMENTS, claim_types, claim_update, claimed,
-    ended_by, optimistic_claim_types, prune_ids,
-};
+use crate::dialect::mysql::sql;
 use crate::dialect::{Claim, Failure};
 use task_dedup_entity::task_run;
 
@@ -23,7 +20,7 @@ pub(super) async fn insert(
     replace: bool,
 ) -> Result<Inserted, Failure> {
     match exec
-        .affected(STATEMENTS.insert, args::row(row).into())
+        .affected(sql().statements.insert.as_str(), args::row(row).into())
         .await
     {
         Ok(_) => Ok(Inserted::Created),
@@ -76,12 +73,12 @@ async fn replace_queued(
             Arg::Time(row.updated_at),
         ];
         values.extend(args::slot(args::key_of(row), row.dedup_window_end));
-        if txn.affected(REPLACE, values).await? != 1 {
+        if txn.affected(sql().replace.as_str(), values).await? != 1 {
             return Ok(None);
         }
         let key = args::slot(args::key_of(row), row.dedup_window_end);
-        txn.task(STATEMENTS.find_occupant_after_conflict, key.into())
-            .await
+        let read = sql().statements.find_occupant_after_conflict.as_str();
+        txn.task(read, key.into()).await
     }
     .await;
     let stored = txn.finish(outcome).await?;
@@ -107,20 +104,22 @@ pub(super) async fn claim(
     let dialect = exec.dialect;
     let mut txn = exec.begin(false).await?;
     let outcome = async {
+        let claims = &sql().claims;
         let select = if task_types.is_empty() {
-            let sql = match how {
-                Claim::Probing => CLAIM_ANY,
-                Claim::Optimistic => OPTIMISTIC_CLAIM_ANY,
+            let select = match how {
+                Claim::Probing => &claims.claim_any,
+                Claim::Optimistic => &claims.optimistic_claim_any,
             };
-            txn.rows(sql, vec![Arg::I64(max)]).await?
+            txn.rows(select.as_str(), vec![Arg::I64(max)]).await?
         } else {
             let mut values: Vec<Arg> = task_types.iter().map(|t| Arg::Str(t)).collect();
             values.push(Arg::I64(max));
-            let sql = match how {
-                Claim::Probing => claim_types(task_types.len()),
-                Claim::Optimistic => optimistic_claim_types(task_types.len()),
+            let select = match how {
+                Claim::Probing => &claims.claim_types,
+                Claim::Optimistic => &claims.optimistic_claim_types,
             };
-            txn.rows(sql, values).await?
+            txn.rows(select.render(0, &[("types", task_types.len())]), values)
+                .await?
         };
         let mut keys = HashSet::with_capacity(select.len());
         let mut ids = Vec::with_capacity(select.len());
@@ -139,9 +138,11 @@ pub(super) async fn claim(
         }
         let mut update = vec![Arg::Str(worker_id), args::interval(dialect, lease_micros)];
         update.extend(ids.iter().map(|id| Arg::Uuid(*id)));
-        txn.affected(claim_update(ids.len()), update).await?;
-        let count = ids.len();
-        txn.tasks(claimed(count), ids.into_iter().map(Arg::Uuid).collect())
+        let count = [("ids", ids.len())];
+        txn.affected(claims.claim_update.render(0, &count), update)
+            .await?;
+        let read = claims.claimed.render(0, &count);
+        txn.tasks(read, ids.into_iter().map(Arg::Uuid).collect())
             .await
     }
     .await;
@@ -189,7 +190,10 @@ pub(super) async fn end_many(
         let mut read = args::ids(dialect, &ids);
         read.push(Arg::Str(batch.status().as_str()));
         read.push(Arg::Str(worker_id));
-        let rows = txn.rows(ended_by(ids.len()), read).await?;
+        let ended_by = crate::dialect::mysql::sql()
+            .ended_by
+            .render(0, &[("rows", ids.len())]);
+        let rows = txn.rows(ended_by, read).await?;
         Ok(rows
             .iter()
             .map(|row| row.try_get_by_index(0))
@@ -205,7 +209,7 @@ pub(super) async fn end_many(
 pub(super) async fn prune(exec: &mut Executor<'_>, values: Vec<Arg<'_>>) -> Result<u64, Failure> {
     let mut txn = exec.begin(false).await?;
     let outcome = async {
-        let rows = txn.rows(STATEMENTS.prune, values).await?;
+        let rows = txn.rows(sql().statements.prune.as_str(), values).await?;
         if rows.is_empty() {
             return Ok(0);
         }
@@ -213,7 +217,73 @@ pub(super) async fn prune(exec: &mut Executor<'_>, values: Vec<Arg<'_>>) -> Resu
             .iter()
             .map(|row| row.try_get_by_index::<Uuid>(0).map(Arg::Uuid))
             .collect::<Result<Vec<_>, _>>()?;
-        txn.affected(prune_ids(ids.len()), ids).await
+        let delete = sql().prune_ids.render(0, &[("ids", ids.len())]);
+        txn.affected(delete, ids).await
+    }
+    .await;
+    txn.finish(outcome).await
+}
+
+/// The first try of a limited type whose only limit is `max_running`
+/// ([`LockFree::Window`](super::limits::LockFree)), in a transaction without the type's
+/// lock: in one statement, the next due tasks (locked, passing over those other claims
+/// hold; `how` optimistic, without the probe for running tasks of their keys, whose
+/// update then fails in `task_running_resource_uidx` when one runs), the limit and the
+/// running tasks' slots; then one task per key, each started with a free slot from a
+/// random one on (so that concurrent claims seldom pick the same). Starts nothing while
+/// a running task holds no slot below the limit (the locked claim counts those). A slot
+/// that a claim this read did not see took meanwhile fails the update in
+/// `task_run_slot_uidx`, and the claim runs again. Nothing in a caller's transaction: a
+/// REPEATABLE READ snapshot would read older slots, and each rerun would meet the same
+/// taken ones; the locked claim's locking read sees the latest.
+pub(super) async fn claim_by_read_slots(
+    exec: &mut Executor<'_>,
+    how: Claim,
+    worker_id: &str,
+    task_type: &str,
+    lease_micros: i64,
+    max: i64,
+) -> Result<Vec<task_run::Model>, Failure> {
+    if exec.in_transaction() {
+        return Ok(Vec::new());
+    }
+    let mut txn = exec.begin(false).await?;
+    let outcome = async {
+        let Some(read) = txn.slots_and_candidates(task_type, how, max).await? else {
+            return Ok(Vec::new());
+        };
+        let limit = read.limit;
+        let mut taken = HashSet::with_capacity(read.running.len());
+        for slot in read.running {
+            match slot {
+                Some(slot) if slot < limit => taken.insert(slot),
+                _ => return Ok(Vec::new()),
+            };
+        }
+        let room = (limit - taken.len() as i64).min(max);
+        if room <= 0 {
+            return Ok(Vec::new());
+        }
+        let mut keys = HashSet::with_capacity(read.candidates.len());
+        let mut ids: Vec<Uuid> = read
+            .candidates
+            .iter()
+            .filter(|c| c.concurrent || keys.insert((c.user_id.as_str(), c.resource_key.as_str())))
+            .map(|c| c.id)
+            .take(room as usize)
+            .collect();
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let first = rand::random_range(0..limit);
+        let slots: Vec<Option<i64>> = (0..limit)
+            .map(|i| (first + i) % limit)
+            .filter(|slot| !taken.contains(slot))
+            .take(ids.len())
+            .map(Some)
+            .collect();
+        ids.truncate(slots.len());
+        txn.claim_ids(worker_id, lease_micros, &ids, &slots).await
     }
     .await;
     txn.finish(outcome).await

@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use super::{claim_mode, limited};
+use super::{MAX_CLAIM_RACES, claim_mode, limited};
 use crate::connect::retry::Retrying;
 use crate::dialect::Claim;
 use crate::dialect::limits::ALL_TYPES;
@@ -15,10 +15,6 @@ use crate::values::connection::DedupConnection;
 use crate::values::error::DedupError;
 use crate::values::validate;
 use task_dedup_entity::task_run;
-
-/// How many times a claim is run again after losing the race for a key's run to another
-/// claim, before it returns empty-handed. Each loss means another claim won.
-pub(super) const MAX_CLAIM_RACES: u32 = 5;
 
 /// Which limited type's claim goes first, and whether the claim of the types without
 /// limits does: taken in turn, so that none of them always fills the batch first.

@@ -26,12 +26,12 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use super::claim_mode;
+use super::{MAX_CLAIM_RACES, claim_mode};
 use crate::connect::retry::Retrying;
 use crate::dialect::limits::ALL_TYPES;
 use crate::dialect::{Claim, Failure};
 use crate::executor::Executor;
-use crate::executor::limits::{Candidate, LimitRow};
+use crate::executor::limits::{Candidate, LimitRow, LockFree};
 use crate::maintenance::limits::window;
 use crate::values::connection::DedupConnection;
 use crate::values::error::DedupError;
@@ -47,10 +47,9 @@ const PER_USER_READ_AHEAD: i64 = 4;
 const FAIR_WALK: i64 = 64;
 
 /// Claims up to `max` due tasks of the limited `task_type`, as its limits allow: first
-/// the one-statement claims of a type whose only limit is `max_running` (where the
-/// dialect has them; they start nothing otherwise), a random range of free slots
-/// (SQLite: the room counted), then the free slots read, then, for what they left, the
-/// locked claim.
+/// the executor's lock-free claims of a type whose only limit is `max_running`
+/// ([`LockFree`]; they start nothing otherwise), then, for what they left, the locked
+/// claim.
 ///
 /// With a limit across all types set (`across`), only the locked claim: the others do
 /// not count a user's tasks of other types.
@@ -83,8 +82,27 @@ pub(super) async fn claim<C: DedupConnection>(
                     let outcome = start(&mut txn, worker_id, task_type, lease_micros, want).await;
                     txn.finish(outcome).await
                 }
-                Stage::Window | Stage::Slots => {
-                    by_slots(exec, stage, how, worker_id, task_type, lease_micros, want).await
+                Stage::Window => {
+                    exec.lock_free_claim(
+                        LockFree::Window,
+                        how,
+                        worker_id,
+                        task_type,
+                        lease_micros,
+                        want,
+                    )
+                    .await
+                }
+                Stage::Slots => {
+                    exec.lock_free_claim(
+                        LockFree::Slots,
+                        how,
+                        worker_id,
+                        task_type,
+                        lease_micros,
+                        want,
+                    )
+                    .await
                 }
             };
             match outcome {
@@ -118,7 +136,7 @@ pub(super) async fn claim<C: DedupConnection>(
                     Stage::Locked => return Ok(claimed),
                 };
             }
-            Some(Ok(Err(Lost::Race))) if races < super::claim::MAX_CLAIM_RACES => races += 1,
+            Some(Ok(Err(Lost::Race))) if races < MAX_CLAIM_RACES => races += 1,
             Some(Ok(Err(Lost::Race))) => return Ok(claimed),
             Some(Err(err)) => return Err(err),
             None => {}
@@ -136,123 +154,16 @@ enum Lost {
 }
 
 /// The tries of a limited type's claim, cheapest first; each takes what the one before
-/// left.
+/// left. The first two are the executor's lock-free claims ([`LockFree`]: which
+/// statement each is, and whether the dialect has it, is the executor's to say).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Stage {
-    /// A random range of free slots (`Limits::window_claim`, or its optimistic form
-    /// where the main claim would be optimistic; SQLite: the room counted in the
-    /// statement), or the slots read and the free ones picked (`Limits::slots_and_candidates`,
-    /// [`by_read_slots`]).
+    /// [`LockFree::Window`], optimistic where the main claim would be.
     Window,
-    /// The free slots, read (`Limits::slot_claim`).
+    /// [`LockFree::Slots`].
     Slots,
     /// The type's row locked, its running tasks counted ([`start`]).
     Locked,
-}
-
-/// The lock-free claim of a type whose only limit is `max_running` at `stage`
-/// (`Window`: `Limits::window_claim` or, `how` optimistic, its optimistic form, or
-/// MySQL/MariaDB's [`by_read_slots`]; `Slots`:
-/// `Limits::slot_claim`): none where the dialect has none. In the caller's transaction,
-/// a savepoint: a slot another claim took (a unique violation) would otherwise abort it.
-async fn by_slots(
-    exec: &mut Executor<'_>,
-    stage: Stage,
-    how: Claim,
-    worker_id: &str,
-    task_type: &str,
-    lease_micros: i64,
-    max: i64,
-) -> Result<Vec<task_run::Model>, Failure> {
-    let limits = exec.dialect().limits();
-    let statement = match stage {
-        Stage::Window if limits.slots_and_candidates.is_some() => {
-            // A caller's REPEATABLE READ transaction would read the slots of an older
-            // snapshot, and each rerun would meet the same taken slots: the locked
-            // claim's locking read sees the latest.
-            if exec.in_transaction() {
-                return Ok(Vec::new());
-            }
-            let mut txn = exec.begin(false).await?;
-            let outcome =
-                by_read_slots(&mut txn, how, worker_id, task_type, lease_micros, max).await;
-            return txn.finish(outcome).await;
-        }
-        Stage::Window => match (how, limits.optimistic_window_claim) {
-            (Claim::Optimistic, Some(optimistic)) => Some(optimistic),
-            _ => limits.window_claim,
-        },
-        Stage::Slots | Stage::Locked => limits.slot_claim,
-    };
-    let Some(sql) = statement.map(|of| of(max)) else {
-        return Ok(Vec::new());
-    };
-    if exec.in_transaction() {
-        let mut txn = exec.begin(false).await?;
-        let outcome = txn
-            .slot_claim(sql, worker_id, task_type, lease_micros, max)
-            .await;
-        return txn.finish(outcome).await;
-    }
-    // A rerun after a lost race, as the main claim's (`Executor::hold`).
-    exec.hold().await?;
-    exec.slot_claim(sql, worker_id, task_type, lease_micros, max)
-        .await
-}
-
-/// The first try where the dialect reads the slots (`Limits::slots_and_candidates`,
-/// MySQL/MariaDB), in a transaction without the type's lock: in one statement, the next
-/// due tasks (locked, passing over those other claims hold; `how` optimistic, without
-/// the probe for running tasks of their keys, whose update then fails in
-/// `task_running_resource_uidx` when one runs), the limit and the running tasks' slots;
-/// then one task per key, each started with a free slot from a random one on. Starts
-/// nothing while a running task holds no slot below the limit (the locked claim counts
-/// those). A slot that a claim this read did not see took meanwhile fails the update in
-/// `task_run_slot_uidx`, and the claim runs again.
-async fn by_read_slots(
-    txn: &mut Executor<'_>,
-    how: Claim,
-    worker_id: &str,
-    task_type: &str,
-    lease_micros: i64,
-    max: i64,
-) -> Result<Vec<task_run::Model>, Failure> {
-    let Some(read) = txn.slots_and_candidates(task_type, how, max).await? else {
-        return Ok(Vec::new());
-    };
-    let limit = read.limit;
-    let mut taken = HashSet::with_capacity(read.running.len());
-    for slot in read.running {
-        match slot {
-            Some(slot) if slot < limit => taken.insert(slot),
-            _ => return Ok(Vec::new()),
-        };
-    }
-    let room = (limit - taken.len() as i64).min(max);
-    if room <= 0 {
-        return Ok(Vec::new());
-    }
-    let mut keys = HashSet::with_capacity(read.candidates.len());
-    let mut ids: Vec<Uuid> = read
-        .candidates
-        .iter()
-        .filter(|c| c.concurrent || keys.insert((c.user_id.as_str(), c.resource_key.as_str())))
-        .map(|c| c.id)
-        .take(room as usize)
-        .collect();
-    if ids.is_empty() {
-        return Ok(Vec::new());
-    }
-    // From a random slot on, so that concurrent claims seldom pick the same.
-    let first = rand::random_range(0..limit);
-    let slots: Vec<Option<i64>> = (0..limit)
-        .map(|i| (first + i) % limit)
-        .filter(|slot| !taken.contains(slot))
-        .take(ids.len())
-        .map(Some)
-        .collect();
-    ids.truncate(slots.len());
-    txn.claim_ids(worker_id, lease_micros, &ids, &slots).await
 }
 
 /// One attempt, in its transaction.
@@ -372,7 +283,7 @@ pub(super) async fn claim_rest<C: DedupConnection>(
         // Boxed, as in `retried`.
         match retrying.run(Box::pin(attempt)).await {
             Some(Ok(Some(tasks))) => return Ok(tasks),
-            Some(Ok(None)) if races < super::claim::MAX_CLAIM_RACES => races += 1,
+            Some(Ok(None)) if races < MAX_CLAIM_RACES => races += 1,
             Some(Ok(None)) => return Ok(Some(Vec::new())),
             Some(Err(err)) => return Err(err),
             None => {}

@@ -31,6 +31,11 @@ use crate::values::connection::DedupConnection;
 use crate::values::error::DedupError;
 use task_dedup_entity::task_run;
 
+/// How many times a claim is run again after losing a race to another claim (for a key's
+/// run, or for a run slot), before it returns what it has. Each loss means another claim
+/// won.
+const MAX_CLAIM_RACES: u32 = 5;
+
 /// What [`TaskWorker::reap_expired`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]

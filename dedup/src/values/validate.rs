@@ -113,9 +113,8 @@ pub(crate) fn error_text(name: &'static str, text: &str) -> Result<(), InvalidAr
 /// The most tasks one [`claim_many`](crate::TaskWorker::claim_many) takes.
 pub const MAX_CLAIM: usize = 1_000;
 
-// PostgreSQL's claim texts hold a claim of up to their largest bound.
-#[cfg(feature = "postgres")]
-const _: () = assert!(MAX_CLAIM as i64 <= crate::dialect::postgres::LARGEST_BOUND);
+// A claim text with a bound (PostgreSQL's) holds a claim of up to its largest bound.
+const _: () = assert!(MAX_CLAIM as i64 <= crate::dialect::render::LARGEST_BOUND);
 
 /// The most task endings a [`Worker`](crate::Worker) records in one batch
 /// ([`WorkerBuilder::batch_endings`](crate::WorkerBuilder::batch_endings)).
