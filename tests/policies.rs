@@ -542,19 +542,19 @@ async fn claims_read_the_claim_index_in_order(db: &TestDb) {
     let (pinned, analyze) = match db.dialect {
         Dialect::Sqlite => (
             include_str!(
-                "../dedup/src/dialect/snapshots/task_dedup__dialect__tests__sqlite_statements_are_pinned.snap"
+                "../dedup/src/dialect/snapshots/task_dedup__dialect__tests__sqlite_claim.snap"
             ),
             "ANALYZE",
         ),
         Dialect::Postgres => (
             include_str!(
-                "../dedup/src/dialect/snapshots/task_dedup__dialect__tests__postgres_statements_are_pinned.snap"
+                "../dedup/src/dialect/snapshots/task_dedup__dialect__tests__postgres_claim.snap"
             ),
             "ANALYZE task_run",
         ),
         _ => (
             include_str!(
-                "../dedup/src/dialect/snapshots/task_dedup__dialect__tests__mysql_statements_are_pinned.snap"
+                "../dedup/src/dialect/snapshots/task_dedup__dialect__tests__mysql_claim.snap"
             ),
             "ANALYZE TABLE task_run",
         ),
@@ -562,10 +562,11 @@ async fn claims_read_the_claim_index_in_order(db: &TestDb) {
     db.exec(analyze).await;
     let statement = |name: &str| {
         pinned
-            .split("\n\n")
-            .find_map(|block| block.strip_prefix(&format!("{name}:\n")))
+            .split("-- name: ")
+            .find_map(|block| block.strip_prefix(&format!("{name}\n")))
             .unwrap_or_else(|| panic!("the pinned {name}"))
             .trim()
+            .trim_end_matches(';')
             .to_owned()
     };
     let types = vec!["render".to_owned()];

@@ -144,10 +144,10 @@ pub(crate) fn list(dialect: Dialect, shape: ListShape) -> String {
     let filter = if conditions.is_empty() {
         String::new()
     } else {
-        format!(" WHERE {}", conditions.join(" AND "))
+        format!("\nWHERE {}", conditions.join("\n    AND "))
     };
     format!(
-        "SELECT {COLUMNS} FROM task_run{filter} ORDER BY created_at {dir}, id {dir} LIMIT {limit}",
+        "SELECT {COLUMNS}\nFROM task_run{filter}\nORDER BY created_at {dir}, id {dir}\nLIMIT {limit}",
         dir = direction,
         limit = p.take()
     )

@@ -510,190 +510,63 @@ pub(crate) mod tests {
         all
     }
 
-    /// Whitespace as the database ignores it: runs collapsed to one space, none after
-    /// `(` or before `)` and `,`. A space before `(` stays (`INTERVAL (x)` is not the
-    /// function `INTERVAL(x)` on MySQL).
-    fn normalized(sql: &str) -> String {
-        let collapsed = sql.split_whitespace().collect::<Vec<_>>().join(" ");
-        collapsed
-            .replace("( ", "(")
-            .replace(" )", ")")
-            .replace(" ,", ",")
+    /// A file's statements as the snapshots pin them: each under its name, as the
+    /// database sees it.
+    fn pinned(files: &[(&'static str, &'static str)], family: &str) -> String {
+        let prefix = format!("{family}.");
+        rendered(files)
+            .into_iter()
+            .filter_map(|(key, sql)| {
+                let name = key.strip_prefix(&prefix)?;
+                Some(format!("-- name: {name}\n{sql};\n"))
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
-    /// The statements pinned before the move to SQL files, one line each, by group and
-    /// name: `(group, name, text)`.
-    fn pinned_before(dialect: &str) -> Vec<(String, String, String)> {
-        let mut all = Vec::new();
-        for group in [
-            "statements",
-            "admin_statements",
-            "bulk_statements",
-            "ending_statements",
-            "limit_statements",
-        ] {
-            let path = format!(
-                "{}/src/dialect/snapshots/task_dedup__dialect__tests__{dialect}_{group}_are_pinned.snap",
-                env!("CARGO_MANIFEST_DIR")
-            );
-            let text = std::fs::read_to_string(&path).unwrap();
-            let body = text.splitn(3, "---\n").nth(2).unwrap();
-            let mut name = String::new();
-            let mut sql = String::new();
-            for line in body.lines().chain(std::iter::once("")) {
-                if line.is_empty() {
-                    if !name.is_empty() {
-                        all.push((group.to_owned(), name.clone(), sql.trim().to_owned()));
-                    }
-                    name.clear();
-                    sql.clear();
-                } else if name.is_empty() {
-                    match line.split_once(':') {
-                        Some((n, rest)) if !n.contains(' ') => {
-                            name = n.to_owned();
-                            sql = rest.trim().to_owned();
-                        }
-                        _ => panic!("{path}: {line}"),
-                    }
-                } else {
-                    sql.push_str(line);
-                }
-            }
+    /// Every statement of every file of a dialect, pinned as whole texts in `snapshots/`
+    /// (a snapshot per file): a change to any of them shows up in review as a diff of the
+    /// SQL the database sees. The files themselves hold the markers and the comments.
+    fn pin_files(dialect: &str, files: &[(&'static str, &'static str)], problems: &[String]) {
+        assert!(problems.is_empty(), "{problems:?}");
+        for (path, _) in files {
+            let family = path
+                .rsplit('/')
+                .next()
+                .and_then(|f| f.strip_suffix(".sql"))
+                .unwrap_or(path);
+            insta::assert_snapshot!(format!("{dialect}_{family}"), pinned(files, family));
         }
-        all
-    }
-
-    /// Where a statement pinned before lives now: its file and name.
-    fn moved_to(dialect: &str, group: &str, name: &str) -> Option<String> {
-        let same_read = dialect != "mysql";
-        Some(match (group, name) {
-            (_, "chunk") => return None,
-            (_, n) if n.starts_with("list_") => return None,
-            ("statements", "find_occupant_after_conflict") if same_read => {
-                "enqueue.find_occupant".to_owned()
-            }
-            ("statements", n) => {
-                let family = match n {
-                    "insert"
-                    | "insert_or_find"
-                    | "replace"
-                    | "find_occupant"
-                    | "find_occupant_after_conflict"
-                    | "by_id" => "enqueue",
-                    "claim_any"
-                    | "claim_types"
-                    | "optimistic_claim_any"
-                    | "optimistic_claim_types"
-                    | "claim_update"
-                    | "claimed" => "claim",
-                    "prune" | "pause" | "resume" | "paused" => "maintenance",
-                    "running_index" | "guard" => "schema",
-                    "notify" | "notify_cancel" | "probe" => "wakeups",
-                    _ => "lifecycle",
-                };
-                format!("{family}.{n}")
-            }
-            ("bulk_statements", "find_occupants_after_own_insert") if same_read => {
-                "bulk.find_occupants".to_owned()
-            }
-            ("bulk_statements", "prune_ids") => "maintenance.prune_ids".to_owned(),
-            ("bulk_statements", n) => format!("bulk.{n}"),
-            ("ending_statements", n) => format!("endings.{n}"),
-            ("limit_statements", n) => format!("limits.{n}"),
-            ("admin_statements", n) => format!("admin.{n}"),
-            _ => unreachable!(),
-        })
-    }
-
-    /// The move to SQL files changed no text the database sees (but its whitespace):
-    /// every statement pinned before is rendered the same, and every rendered statement
-    /// was pinned (but the two PostgreSQL texts of the pooler mode's function, pinned
-    /// here for the first time).
-    fn unchanged(dialect: &str, files: &[(&'static str, &'static str)]) {
-        let now = rendered(files);
-        let mut seen = Vec::new();
-        let mut changed = Vec::new();
-        for (group, name, before) in pinned_before(dialect) {
-            if before == "-" {
-                continue;
-            }
-            let Some(key) = moved_to(dialect, &group, &name) else {
-                continue;
-            };
-            let after = now
-                .iter()
-                .find(|(k, _)| *k == key)
-                .unwrap_or_else(|| panic!("{dialect}: {key} is gone"));
-            if normalized(&after.1) != normalized(&before) {
-                changed.push(format!(
-                    "{dialect}: {group}.{name} changed:\n  now:    {}\n  before: {}",
-                    normalized(&after.1),
-                    normalized(&before)
-                ));
-            }
-            seen.push(key);
-        }
-        for (key, _) in &now {
-            assert!(
-                seen.contains(key)
-                    || ["enqueue.has_insert_or_find", "enqueue.insert_or_find_call"]
-                        .contains(&key.as_str()),
-                "{dialect}: {key} is new"
-            );
-        }
-        assert!(changed.is_empty(), "{}", changed.join("\n"));
     }
 
     #[cfg(feature = "postgres")]
     #[test]
-    fn postgres_texts_are_unchanged() {
-        unchanged("postgres", &postgres::FILES);
-        assert!(
-            postgres::sql().problems.is_empty(),
-            "{:?}",
-            postgres::sql().problems
-        );
+    fn postgres_statements_are_pinned() {
+        pin_files("postgres", &postgres::FILES, &postgres::sql().problems);
+        insta::assert_snapshot!("postgres_admin_lists", lists(Dialect::Postgres));
     }
 
     #[cfg(feature = "sqlite")]
     #[test]
-    fn sqlite_texts_are_unchanged() {
-        unchanged("sqlite", &sqlite::FILES);
-        assert!(
-            sqlite::sql().problems.is_empty(),
-            "{:?}",
-            sqlite::sql().problems
-        );
+    fn sqlite_statements_are_pinned() {
+        pin_files("sqlite", &sqlite::FILES, &sqlite::sql().problems);
+        insta::assert_snapshot!("sqlite_admin_lists", lists(Dialect::Sqlite));
     }
 
     #[cfg(feature = "mysql")]
     #[test]
-    fn mysql_texts_are_unchanged() {
-        unchanged("mysql", &mysql::FILES);
-        assert!(
-            mysql::sql().problems.is_empty(),
-            "{:?}",
-            mysql::sql().problems
-        );
+    fn mysql_statements_are_pinned() {
+        pin_files("mysql", &mysql::FILES, &mysql::sql().problems);
+        insta::assert_snapshot!("mysql_admin_lists", lists(Dialect::MySql));
     }
 
-    /// The admin lists, built from parts: the same texts as pinned before.
-    #[test]
-    fn admin_lists_are_unchanged() {
-        for dialect in [
-            #[cfg(feature = "postgres")]
-            ("postgres", Dialect::Postgres),
-            #[cfg(feature = "sqlite")]
-            ("sqlite", Dialect::Sqlite),
-            #[cfg(feature = "mysql")]
-            ("mysql", Dialect::MySql),
-        ] {
-            let before = pinned_before(dialect.0);
-            for (name, text) in admin::tests::lists(dialect.1) {
-                let (_, _, pinned) = before.iter().find(|(_, n, _)| *n == name).unwrap();
-                assert_eq!(text, *pinned, "{}: {name}", dialect.0);
-            }
-        }
+    /// The admin list, built from parts: a few shapes.
+    fn lists(dialect: Dialect) -> String {
+        admin::tests::lists(dialect)
+            .into_iter()
+            .map(|(name, sql)| format!("-- {name}\n{sql};\n"))
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     #[test]
