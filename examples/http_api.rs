@@ -56,7 +56,7 @@ use sea_orm::{
     ActiveValue::Set, DatabaseConnection, DatabaseTransaction, DbErr, EntityTrait, TransactionTrait,
 };
 use serde::{Deserialize, Serialize};
-use task_dedup::{DedupError, Enqueued, TaskDedup, TaskWorker, task_run};
+use task_dedup::{DedupError, Enqueued, TaskDedup, TaskLifecycle, task_run};
 use task_dedup_migration::{MigrationTrait, MigratorTrait};
 use uuid::Uuid;
 

@@ -12,7 +12,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use task_dedup::{NewTask, TaskDedup, TaskKey, TaskWorker};
+use task_dedup::{NewTask, TaskDedup, TaskKey, TaskLifecycle};
 use task_dedup_migration::{Migrator, MigratorTrait};
 
 const CALLS: usize = 100;

@@ -493,7 +493,11 @@ async fn a_cancel_reaches_the_running_handler_before_its_heartbeat(db: &TestDb) 
     }
     shutdown.cancel();
     let report = running.await.expect("task").expect("run");
-    assert_eq!((report.lost, report.completed), (5, 0), "{report:?}");
+    assert_eq!(
+        (report.cancelled, report.lost, report.completed),
+        (5, 0, 0),
+        "{report:?}"
+    );
     delays.sort();
     println!(
         "{}: cancel to handler, p50 {:?}, max {:?}",
@@ -555,7 +559,11 @@ async fn a_bulk_cancel_reaches_every_running_handler(db: &TestDb) {
     assert!(last - cancelled_at < bound, "{:?}", last - cancelled_at);
     shutdown.cancel();
     let report = running.await.expect("task").expect("run");
-    assert_eq!((report.lost, report.completed), (3, 0), "{report:?}");
+    assert_eq!(
+        (report.cancelled, report.lost, report.completed),
+        (3, 0, 0),
+        "{report:?}"
+    );
 }
 
 /// Every session of the database killed while the handlers run (the worker's pool, its
@@ -636,8 +644,14 @@ async fn handler_controls_ride_out_killed_connections(db: &TestDb) {
     shutdown.cancel();
     let report = running.await.expect("task").expect("run");
     assert_eq!(
-        (report.snoozed, report.timed_out, report.failed, report.lost),
-        (1, 1, 1, 1),
+        (
+            report.snoozed,
+            report.timed_out,
+            report.failed,
+            report.cancelled,
+            report.lost
+        ),
+        (1, 1, 1, 1, 0),
         "{report:?}"
     );
 }

@@ -458,7 +458,11 @@ async fn a_cancelled_tasks_handler_sees_it_within_a_heartbeat(db: &TestDb) {
     );
     shutdown.cancel();
     let report = running.await.expect("task").expect("run");
-    assert_eq!((report.lost, report.completed), (1, 0), "{report:?}");
+    assert_eq!(
+        (report.cancelled, report.lost, report.completed),
+        (1, 0, 0),
+        "{report:?}"
+    );
     let task = wait_for(&db.db, id, |_| true).await;
     assert_eq!(task.status, TaskStatus::Cancelled);
     assert_eq!(task.result, None, "the handler's result was discarded");
@@ -509,7 +513,11 @@ async fn a_handler_deaf_to_its_cancellation_is_dropped_after_the_cancel_grace(db
     shutdown.cancel();
     let report = running.await.expect("task").expect("run");
     assert!(stopping.elapsed() < Duration::from_secs(2));
-    assert_eq!((report.lost, report.released), (1, 0), "{report:?}");
+    assert_eq!(
+        (report.cancelled, report.lost, report.released),
+        (1, 0, 0),
+        "{report:?}"
+    );
     let task = wait_for(&db.db, id, |_| true).await;
     assert_eq!(task.status, TaskStatus::Cancelled);
 }
@@ -767,8 +775,8 @@ async fn the_builder_refuses_bad_settings_before_any_sql() {
         "fallback_poll"
     );
     assert_eq!(
-        refused(ok().task_type_limit("pdf", 2).build()),
-        "task_type_limit"
+        refused(ok().task_type_concurrency("pdf", 2).build()),
+        "task_type_concurrency"
     );
     assert_eq!(refused(ok().id("x".repeat(65)).build()), "worker_id");
     assert_eq!(refused(ok().task_types([""]).build()), "task_types");

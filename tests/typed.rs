@@ -287,8 +287,8 @@ async fn two_types_keep_their_own_limits_under_load(db: &TestDb) {
                 }
             }
         })
-        .task_type_limit("render-pdf", 2)
-        .task_type_limit("thumbnail", 3)
+        .task_type_concurrency("render-pdf", 2)
+        .task_type_concurrency("thumbnail", 3)
         .build()
         .expect("worker");
     let report = run_until(worker, &db.db, async |db| {
@@ -673,10 +673,10 @@ async fn the_builder_refuses_bad_registrations() {
     match refused(
         Worker::builder(db.clone())
             .register::<Thumbnail>(ok)
-            .task_type_limit("render-pdf", 2)
+            .task_type_concurrency("render-pdf", 2)
             .build(),
     ) {
-        DedupError::InvalidArgument { name, .. } => assert_eq!(name, "task_type_limit"),
+        DedupError::InvalidArgument { name, .. } => assert_eq!(name, "task_type_concurrency"),
         other => panic!("{other}"),
     }
     // Both kinds in one worker: fine.

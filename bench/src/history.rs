@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use sea_orm::{ConnectOptions, ConnectionTrait, DatabaseConnection, DbBackend};
-use task_dedup::{Retention, TaskWorker};
+use task_dedup::{Retention, TaskLifecycle};
 
 use crate::args::Args;
 

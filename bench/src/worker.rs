@@ -26,7 +26,7 @@ use sea_orm::{
     ConnectOptions, ConnectionTrait, DatabaseConnection, DbBackend, Statement, TransactionTrait,
 };
 use task_dedup::{
-    HandlerError, Job, NewTask, Scope, Task, TaskDedup, TaskKey, TaskWorker, Wakeups, Worker,
+    HandlerError, Job, NewTask, Scope, Task, TaskDedup, TaskKey, TaskLifecycle, Wakeups, Worker,
     task_run,
 };
 use tokio_util::sync::CancellationToken;

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use clap::Args;
 use sea_orm::DatabaseConnection;
 use serde::Serialize;
-use task_dedup::{MAX_PRUNE_BATCH, PausedType, Retention, TaskAdmin, TaskStatus, TaskWorker};
+use task_dedup::{MAX_PRUNE_BATCH, PausedType, Retention, TaskAdmin, TaskLifecycle, TaskStatus};
 
 use crate::failure::Failure;
 use crate::output::{Human, age, emit, seconds, table, time};

@@ -53,8 +53,8 @@
 //!   [`OnConflict`]) and typed tasks ([`Task`], [`TaskOptions`]).
 //! - Running tasks: the [`Worker`] (feature `worker`) and its [`WorkerBuilder`],
 //!   [`Handler`]s and typed [`TaskHandler`]s receiving a [`Job`]; under it the primitives
-//!   of [`TaskWorker`] (claim, heartbeat, complete, fail, cancel, release, reap).
-//! - Maintenance: [`Retention`], pause and resume of a task type ([`TaskWorker::pause`]),
+//!   of [`TaskLifecycle`] (claim, heartbeat, complete, fail, cancel, release, reap).
+//! - Maintenance: [`Retention`], pause and resume of a task type ([`TaskLifecycle::pause`]),
 //!   periodic tasks ([`WorkerBuilder::periodic`], [`Schedule`]).
 //! - Seeing and steering the queue: [`TaskAdmin`] (lists, counts, retry, cancel, delete).
 //! - Connecting: [`connect`], [`connect_with`], [`connect_with_pooler`]; errors:
@@ -127,7 +127,12 @@ pub use connect::{
 };
 pub use enqueue::TaskDedup;
 pub use enqueue::outcome::Enqueued;
-pub use lifecycle::{ReapReport, TaskWorker};
+/// The old name of [`TaskLifecycle`] (0.1): the lifecycle primitives were called
+/// `TaskWorker` beside the [`Worker`] runtime, which said two things with one word.
+/// Kept for a release; use `TaskLifecycle`. (Rust has no deprecation warning for a
+/// re-exported trait.)
+pub use lifecycle::TaskLifecycle as TaskWorker;
+pub use lifecycle::{ReapReport, TaskLifecycle};
 pub use maintenance::limits::{
     LimitedType, MAX_LIMIT, RATE_WINDOWS, RateLimit, TypeLimits, UserLimit,
 };

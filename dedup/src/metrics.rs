@@ -1,6 +1,6 @@
 //! Counters and histograms through the [`metrics`](https://docs.rs/metrics) facade, with
 //! the `metrics` feature; nothing without it. Every operation records, whoever calls it
-//! (a [`Worker`](crate::Worker) or the application through [`TaskWorker`](crate::TaskWorker)):
+//! (a [`Worker`](crate::Worker) or the application through [`TaskLifecycle`](crate::TaskLifecycle)):
 //!
 //! | name | kind | what |
 //! |---|---|---|

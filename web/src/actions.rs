@@ -11,7 +11,7 @@ use axum::response::Response;
 use serde::Deserialize;
 use std::time::Duration;
 
-use task_dedup::{TaskAdmin, TaskWorker, TypeLimits};
+use task_dedup::{TaskAdmin, TaskLifecycle, TypeLimits};
 
 use crate::context::Ctx;
 use crate::error::Error;

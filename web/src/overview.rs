@@ -10,8 +10,8 @@ use chrono::{DateTime, Utc};
 use maud::{Markup, html};
 use serde::Deserialize;
 use task_dedup::{
-    DEFAULT_COUNT_LIMIT, LimitedType, MinuteCounts, OldestQueued, TaskAdmin, TaskStatus,
-    TaskWorker, Throughput, UserLimit,
+    DEFAULT_COUNT_LIMIT, LimitedType, MinuteCounts, OldestQueued, TaskAdmin, TaskLifecycle,
+    TaskStatus, Throughput, UserLimit,
 };
 
 use crate::context::Ctx;

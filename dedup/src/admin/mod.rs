@@ -25,7 +25,7 @@ pub use self::filter::{
 pub use self::stats::{MinuteCounts, OldestQueued, StatusCount, Throughput};
 use crate::connect::retry::Retrying;
 use crate::executor::Executor;
-use crate::lifecycle::TaskWorker;
+use crate::lifecycle::TaskLifecycle;
 use crate::values::connection::DedupConnection;
 use crate::values::error::DedupError;
 use task_dedup_entity::TaskStatus;
@@ -152,11 +152,11 @@ pub trait TaskAdmin: crate::values::connection::sealed::Sealed {
     async fn retry_task(&self, id: Uuid) -> Result<task_run::Model, DedupError>;
 
     /// `queued` or `running` → `cancelled` with `reason` in `error`, releasing the key:
-    /// [`TaskWorker::cancel`]. A running task's worker finds its lease gone when it
+    /// [`TaskLifecycle::cancel`]. A running task's worker finds its lease gone when it
     /// tries to record its end.
     ///
     /// # Errors
-    /// As [`TaskWorker::cancel`].
+    /// As [`TaskLifecycle::cancel`].
     async fn cancel_task(&self, id: Uuid, reason: &str) -> Result<task_run::Model, DedupError>;
 
     /// Deletes a finished task (`succeeded`, `failed` or `cancelled`). An active task is
@@ -188,7 +188,7 @@ pub trait TaskAdmin: crate::values::connection::sealed::Sealed {
     ///
     /// # Errors
     /// As [`list_tasks`](Self::list_tasks), and [`DedupError::InvalidArgument`] for a
-    /// reason [`TaskWorker::cancel`] refuses.
+    /// reason [`TaskLifecycle::cancel`] refuses.
     async fn cancel_tasks(
         &self,
         filter: &TaskFilter,
@@ -410,7 +410,7 @@ impl<C: DedupConnection> TaskAdmin for C {
     }
 
     async fn cancel_task(&self, id: Uuid, reason: &str) -> Result<task_run::Model, DedupError> {
-        TaskWorker::cancel(self, id, reason).await
+        TaskLifecycle::cancel(self, id, reason).await
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(task_id = %id))]

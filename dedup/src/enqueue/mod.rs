@@ -224,7 +224,7 @@ pub trait TaskDedup: crate::values::connection::sealed::Sealed {
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// use task_dedup::{NewTask, TaskDedup, TaskKey, TaskWorker};
+    /// use task_dedup::{NewTask, TaskDedup, TaskKey, TaskLifecycle};
     ///
     /// # async fn f(db: sea_orm::DatabaseConnection) -> Result<(), task_dedup::DedupError> {
     /// let impatient = db.with_retry_budget(Duration::from_millis(500));

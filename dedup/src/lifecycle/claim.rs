@@ -1,4 +1,4 @@
-//! [`claim_many`](super::TaskWorker::claim_many): take due tasks under a lease, run again
+//! [`claim_many`](super::TaskLifecycle::claim_many): take due tasks under a lease, run again
 //! when it lost a key's one run to another claim; which of the dialect's two claims runs
 //! is [`claim_mode`]'s choice. Limited types are claimed apart, each under its limits
 //! ([`limited`]).

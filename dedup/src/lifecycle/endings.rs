@@ -24,13 +24,13 @@ pub(crate) enum EndedMany {
     /// [`DedupError::NotFound`]).
     Each(Vec<Result<(), DedupError>>),
     /// A retry ran into a key a queued follow-up took, and the statement changed
-    /// nothing: record these endings one at a time ([`TaskWorker::fail`] decides each).
+    /// nothing: record these endings one at a time ([`TaskLifecycle::fail`] decides each).
     HeldKey,
 }
 
 /// Records a [`Worker`](crate::Worker)'s batch of endings of one shape in one statement
 /// (MySQL/MariaDB: one short transaction): each the compare-and-set on status and lease
-/// owner that [`TaskWorker::complete`] and [`TaskWorker::fail`] run one at a time, with
+/// owner that [`TaskLifecycle::complete`] and [`TaskLifecycle::fail`] run one at a time, with
 /// the same retries (a lost connection within the handle's budget, a deadlock) and the
 /// same idempotence (a batch run again after a lost attempt that took effect finds its
 /// rows ended by this worker and reports them recorded). The rows it did not change are

@@ -1,4 +1,4 @@
-//! [`TaskWorker`]: the lifecycle that moves tasks out of the active set, with leases.
+//! [`TaskLifecycle`]: the lifecycle that moves tasks out of the active set, with leases.
 //!
 //! Every transition is a compare-and-set on `status` (and on `lease_owner` where a
 //! lease applies) in one statement, or on MySQL/MariaDB in one short transaction. A
@@ -36,7 +36,7 @@ use task_dedup_entity::task_run;
 /// won.
 const MAX_CLAIM_RACES: u32 = 5;
 
-/// What [`TaskWorker::reap_expired`] did.
+/// What [`TaskLifecycle::reap_expired`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ReapReport {
@@ -59,7 +59,7 @@ pub struct ReapReport {
 /// every transition is idempotent for its caller, so a repeat after an attempt that took
 /// effect returns what it stored.
 #[async_trait]
-pub trait TaskWorker: crate::values::connection::sealed::Sealed {
+pub trait TaskLifecycle: crate::values::connection::sealed::Sealed {
     /// Atomically moves the next due `queued` task (of `task_types`, or of any type when
     /// empty) to `running`, owned by `worker_id` until now + `lease`: the highest
     /// priority first, then the oldest `run_at`, then the oldest task; a task whose
@@ -263,7 +263,7 @@ pub trait TaskWorker: crate::values::connection::sealed::Sealed {
 }
 
 #[async_trait]
-impl<C: DedupConnection> TaskWorker for C {
+impl<C: DedupConnection> TaskLifecycle for C {
     #[tracing::instrument(level = "debug", skip_all, fields(worker_id = %worker_id, ?task_types))]
     async fn claim(
         &self,

@@ -1,4 +1,4 @@
-//! [`reap_expired`](super::TaskWorker::reap_expired): tasks whose lease ran out (their
+//! [`reap_expired`](super::TaskLifecycle::reap_expired): tasks whose lease ran out (their
 //! worker crashed or lost its connection) requeued after the policy's backoff, or failed
 //! after their last attempt.
 

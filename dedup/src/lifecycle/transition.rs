@@ -28,7 +28,7 @@ pub(super) enum Guard<'a> {
     Active,
 }
 
-/// [`TaskWorker::heartbeat`](super::TaskWorker::heartbeat).
+/// [`TaskLifecycle::heartbeat`](super::TaskLifecycle::heartbeat).
 pub(super) async fn heartbeat<C: DedupConnection>(
     db: &C,
     id: Uuid,
@@ -48,7 +48,7 @@ pub(super) async fn heartbeat<C: DedupConnection>(
     retried(db, id, Op::Plain(Transition::Heartbeat, guard, change)).await
 }
 
-/// [`TaskWorker::complete`](super::TaskWorker::complete).
+/// [`TaskLifecycle::complete`](super::TaskLifecycle::complete).
 pub(super) async fn complete<C: DedupConnection>(
     db: &C,
     id: Uuid,
@@ -71,7 +71,7 @@ pub(super) async fn complete<C: DedupConnection>(
     Ok(task)
 }
 
-/// [`TaskWorker::fail`](super::TaskWorker::fail).
+/// [`TaskLifecycle::fail`](super::TaskLifecycle::fail).
 pub(super) async fn fail<C: DedupConnection>(
     db: &C,
     id: Uuid,
@@ -101,7 +101,7 @@ pub(super) async fn fail<C: DedupConnection>(
     Ok(task)
 }
 
-/// [`TaskWorker::cancel`](super::TaskWorker::cancel).
+/// [`TaskLifecycle::cancel`](super::TaskLifecycle::cancel).
 pub(super) async fn cancel<C: DedupConnection>(
     db: &C,
     id: Uuid,
@@ -120,7 +120,7 @@ pub(super) async fn cancel<C: DedupConnection>(
     Ok(task)
 }
 
-/// [`TaskWorker::release`](super::TaskWorker::release).
+/// [`TaskLifecycle::release`](super::TaskLifecycle::release).
 pub(super) async fn release<C: DedupConnection>(
     db: &C,
     id: Uuid,
@@ -137,7 +137,7 @@ pub(super) async fn release<C: DedupConnection>(
     Ok(task)
 }
 
-/// [`TaskWorker::snooze`](super::TaskWorker::snooze).
+/// [`TaskLifecycle::snooze`](super::TaskLifecycle::snooze).
 pub(super) async fn snooze<C: DedupConnection>(
     db: &C,
     id: Uuid,

@@ -1,5 +1,5 @@
 //! Paused task types, stored in the database (`task_dedup_paused`), behind
-//! [`TaskWorker::pause`](crate::TaskWorker::pause), `resume` and `paused`. Every claim
+//! [`TaskLifecycle::pause`](crate::TaskLifecycle::pause), `resume` and `paused`. Every claim
 //! reads the table, so every worker of every process honours a pause from its next
 //! claim on; enqueueing is not affected.
 
@@ -12,7 +12,7 @@ use crate::values::error::DedupError;
 use crate::values::validate::{self, InvalidArgument};
 use task_dedup_entity::task_run::TASK_TYPE_MAX_CHARS;
 
-/// A paused task type, as [`TaskWorker::paused`](crate::TaskWorker::paused) lists it.
+/// A paused task type, as [`TaskLifecycle::paused`](crate::TaskLifecycle::paused) lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PausedType {

@@ -1,6 +1,6 @@
 //! Retention: how long finished tasks are kept ([`Retention`]), and the pruner that
 //! deletes the rest in bounded batches ([`prune`], behind
-//! [`TaskWorker::prune`](crate::TaskWorker::prune)). A [`Worker`](crate::Worker) runs it
+//! [`TaskLifecycle::prune`](crate::TaskLifecycle::prune)). A [`Worker`](crate::Worker) runs it
 //! by default.
 
 use std::time::Duration;
@@ -167,7 +167,7 @@ impl Retention {
     }
 }
 
-/// What one [`prune`](crate::TaskWorker::prune) deleted, per status.
+/// What one [`prune`](crate::TaskLifecycle::prune) deleted, per status.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PruneReport {

@@ -1,4 +1,4 @@
-//! Retries: what [`fail`](crate::TaskWorker::fail) does with a failed attempt, and the
+//! Retries: what [`fail`](crate::TaskLifecycle::fail) does with a failed attempt, and the
 //! exponential backoff with jitter that decides it.
 
 use std::time::Duration;

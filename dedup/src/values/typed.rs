@@ -76,7 +76,7 @@ pub trait Task: Serialize + DeserializeOwned + Send + Sync + 'static {
 
 /// The default policies of a [`Task`] type. Those of enqueueing can be changed per call
 /// on the [`NewTask`] ([`NewTask::from_task`]); those of running, per worker
-/// ([`WorkerBuilder::task_type_limit`](crate::WorkerBuilder::task_type_limit)).
+/// ([`WorkerBuilder::task_type_concurrency`](crate::WorkerBuilder::task_type_concurrency)).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 #[non_exhaustive]
 pub struct TaskOptions {

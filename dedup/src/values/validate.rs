@@ -110,7 +110,7 @@ pub(crate) fn error_text(name: &'static str, text: &str) -> Result<(), InvalidAr
     free_text(text, ERROR_MAX_CHARS).map_err(|reason| InvalidArgument::new(name, reason))
 }
 
-/// The most tasks one [`claim_many`](crate::TaskWorker::claim_many) takes.
+/// The most tasks one [`claim_many`](crate::TaskLifecycle::claim_many) takes.
 pub const MAX_CLAIM: usize = 1_000;
 
 // A claim text with a bound (PostgreSQL's) holds a claim of up to its largest bound.

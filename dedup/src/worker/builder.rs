@@ -30,7 +30,7 @@ pub struct WorkerBuilder {
     pub(super) db: DatabaseConnection,
     pub(super) id: Option<String>,
     pub(super) task_types: Vec<String>,
-    pub(super) limits: HashMap<String, usize>,
+    pub(super) type_concurrency: HashMap<String, usize>,
     pub(super) timeout: Option<Duration>,
     pub(super) timeouts: HashMap<String, Duration>,
     pub(super) max_snoozes: u32,
@@ -68,7 +68,7 @@ impl fmt::Debug for WorkerBuilder {
         f.debug_struct("WorkerBuilder")
             .field("id", &self.id)
             .field("task_types", &self.task_types)
-            .field("limits", &self.limits)
+            .field("type_concurrency", &self.type_concurrency)
             .field("timeout", &self.timeout)
             .field("timeouts", &self.timeouts)
             .field("max_snoozes", &self.max_snoozes)
@@ -116,7 +116,7 @@ impl WorkerBuilder {
             db,
             id: None,
             task_types: Vec::new(),
-            limits: HashMap::new(),
+            type_concurrency: HashMap::new(),
             timeout: None,
             timeouts: HashMap::new(),
             max_snoozes: DEFAULT_MAX_SNOOZES,
@@ -160,11 +160,28 @@ impl WorkerBuilder {
         self
     }
 
-    /// At most `limit` tasks of `task_type` at a time (within the overall concurrency).
-    /// The type must be one of [`task_types`](Self::task_types).
-    pub fn task_type_limit(mut self, task_type: impl Into<String>, limit: usize) -> WorkerBuilder {
-        self.limits.insert(task_type.into(), limit);
+    /// At most `concurrency` tasks of `task_type` at a time in this worker (within the
+    /// overall [`concurrency`](Self::concurrency)); the typed equivalent is
+    /// [`TaskOptions::concurrency`](crate::TaskOptions::concurrency). The type must be one
+    /// of [`task_types`](Self::task_types). A cap of this process alone: limits across
+    /// every worker are the database's
+    /// ([`TaskAdmin::set_limits`](crate::TaskAdmin::set_limits)).
+    pub fn task_type_concurrency(
+        mut self,
+        task_type: impl Into<String>,
+        concurrency: usize,
+    ) -> WorkerBuilder {
+        self.type_concurrency.insert(task_type.into(), concurrency);
         self
+    }
+
+    /// The old name of [`task_type_concurrency`](Self::task_type_concurrency) (0.1).
+    #[deprecated(
+        since = "0.2.0",
+        note = "renamed `task_type_concurrency`: database-enforced limits are `TaskAdmin::set_limits`"
+    )]
+    pub fn task_type_limit(self, task_type: impl Into<String>, limit: usize) -> WorkerBuilder {
+        self.task_type_concurrency(task_type, limit)
     }
 
     /// How long a handler may run, for every type without a timeout of its own
@@ -335,7 +352,7 @@ impl WorkerBuilder {
 
     /// How long finished tasks are kept: the worker prunes the others every
     /// `retention.every` (give or take a fifth), in batches of `retention.batch_size`
-    /// rows ([`TaskWorker::prune`](crate::TaskWorker::prune)), whatever their types.
+    /// rows ([`TaskLifecycle::prune`](crate::TaskLifecycle::prune)), whatever their types.
     /// Every worker prunes; together they delete each row once. Default
     /// [`Retention::default`]: `succeeded` and `cancelled` tasks after 24 hours, `failed`
     /// ones after 7 days. [`Retention::off`] keeps everything.
@@ -358,7 +375,7 @@ impl WorkerBuilder {
     /// each one's payload decoded ([`Job`](super::Job)) and returns a result stored as
     /// the task's `result`. The worker claims only the types it has a handler for. The
     /// type's [`options`](Task::options) give its retry policy, lease and concurrency
-    /// limit (else the worker's); [`task_type_limit`](Self::task_type_limit) overrides
+    /// limit (else the worker's); [`task_type_concurrency`](Self::task_type_concurrency) overrides
     /// the limit.
     ///
     /// A task whose payload does not decode into `T` fails for good, its error naming
@@ -509,14 +526,14 @@ impl WorkerBuilder {
         }
         let types: Vec<&str> = self.task_types.iter().map(String::as_str).collect();
         validate::task_types(&types)?;
-        let (routes, task_types, limits) = self.routes(heartbeat_every)?;
-        for (task_type, limit) in &limits {
+        let (routes, task_types, type_concurrency) = self.routes(heartbeat_every)?;
+        for (task_type, limit) in &type_concurrency {
             if *limit == 0 {
-                return Err(invalid("task_type_limit", "at least 1"));
+                return Err(invalid("task_type_concurrency", "at least 1"));
             }
             if !task_types.contains(task_type) {
                 return Err(invalid(
-                    "task_type_limit",
+                    "task_type_concurrency",
                     "a type of task_types or a registered type",
                 ));
             }
@@ -576,7 +593,7 @@ impl WorkerBuilder {
             config: Arc::new(super::Config {
                 id,
                 task_types,
-                limits,
+                type_concurrency,
                 timeout: self.timeout,
                 timeouts,
                 max_snoozes: self.max_snoozes,
@@ -603,7 +620,7 @@ impl WorkerBuilder {
         })
     }
 
-    /// The routes, the types to claim and their limits: the registered types (each
+    /// The routes, the types to claim and their caps in this worker: the registered types (each
     /// once, with a valid name and options) and the untyped handler's.
     #[allow(clippy::type_complexity)]
     fn routes(
@@ -619,7 +636,11 @@ impl WorkerBuilder {
                 typed: HashMap::new(),
                 untyped,
             };
-            return Ok((routes, self.task_types.clone(), self.limits.clone()));
+            return Ok((
+                routes,
+                self.task_types.clone(),
+                self.type_concurrency.clone(),
+            ));
         }
         if untyped.is_some() && self.task_types.is_empty() {
             // It cannot mean "every other type": a claim names the types it takes.
@@ -684,7 +705,7 @@ impl WorkerBuilder {
                 },
             );
         }
-        limits.extend(self.limits.iter().map(|(t, l)| (t.clone(), *l)));
+        limits.extend(self.type_concurrency.iter().map(|(t, l)| (t.clone(), *l)));
         Ok((Routes { typed, untyped }, task_types, limits))
     }
 }

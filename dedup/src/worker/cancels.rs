@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::Shared;
+use super::outcome::TakenAway;
 use crate::executor::Executor;
 use task_dedup_entity::TaskStatus;
 
@@ -38,7 +39,7 @@ struct Handler {
     claim: Claim,
     cancel: CancellationToken,
     /// Read by the task once its handler ended: set, its result is discarded.
-    lost: Arc<AtomicBool>,
+    taken: Arc<TakenAway>,
 }
 
 /// The tasks whose handlers run in this worker.
@@ -58,19 +59,20 @@ impl Running {
         id: Uuid,
         claim: Claim,
         cancel: CancellationToken,
-        lost: Arc<AtomicBool>,
+        taken: Arc<TakenAway>,
     ) {
         self.map().insert(
             id,
             Handler {
                 claim,
                 cancel,
-                lost,
+                taken,
             },
         );
     }
 
-    /// The handler of task `id` ended. Called before the task reads its `lost` flag:
+    /// The handler of task `id` ended. Called before the task reads whether it was taken
+    /// away:
     /// under the same lock as [`Running::take_away`], so the flag is set before that
     /// read or not at all.
     pub(super) fn ended(&self, id: Uuid) {
@@ -84,11 +86,12 @@ impl Running {
             .collect()
     }
 
-    /// Marks task `id` lost and cancels its handler, if it still runs the same `claim`.
-    fn take_away(&self, id: Uuid, claim: Claim) -> bool {
+    /// Marks task `id` taken away (`cancelled`, or lost) and cancels its handler, if it
+    /// still runs the same `claim`.
+    fn take_away(&self, id: Uuid, claim: Claim, cancelled: bool) -> bool {
         match self.map().get(&id) {
             Some(handler) if handler.claim == claim => {
-                handler.lost.store(true, Ordering::Relaxed);
+                handler.taken.set(cancelled);
                 handler.cancel.cancel();
                 true
             }
@@ -152,17 +155,25 @@ async fn look_up(shared: &Shared) {
                 return;
             }
         };
-        let still_ours: HashMap<Uuid, bool> = rows
+        // Each task's status, when it no longer runs under this worker's lease.
+        let taken: HashMap<Uuid, Option<TaskStatus>> = rows
             .iter()
             .map(|row| {
                 let ours = row.status == TaskStatus::Running
                     && row.lease_owner.as_deref() == Some(&*shared.worker_id);
-                (row.id, ours)
+                (row.id, (!ours).then_some(row.status))
             })
             .collect();
         for (id, claim) in chunk {
-            if !still_ours.get(id).copied().unwrap_or(false)
-                && shared.handlers.take_away(*id, *claim)
+            // `Some(cancelled)`: taken away, by a cancel or otherwise (a deleted task has
+            // no row).
+            let taken_away = match taken.get(id) {
+                None => Some(false),
+                Some(None) => None,
+                Some(Some(status)) => Some(*status == TaskStatus::Cancelled),
+            };
+            if let Some(cancelled) = taken_away
+                && shared.handlers.take_away(*id, *claim, cancelled)
             {
                 tracing::info!(task_id = %id, "task cancelled or taken away while it ran; cancelling its handler");
             }

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Shared;
 use super::outcome::{End, Ending, Recorded, counted};
-use crate::lifecycle::TaskWorker;
+use crate::lifecycle::TaskLifecycle;
 use crate::lifecycle::endings::{self, EndMany, EndedMany};
 use crate::values::backoff::Retry;
 use task_dedup_entity::TaskStatus;
@@ -201,7 +201,7 @@ async fn settle(
     }
 }
 
-/// Records a retry on its own ([`TaskWorker::fail`]).
+/// Records a retry on its own ([`TaskLifecycle::fail`]).
 async fn one_retry(shared: &Shared, ending: &Ending) -> Recorded {
     let End::Retry { error, delay, .. } = &ending.end else {
         return Recorded::Lost;

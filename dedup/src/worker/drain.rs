@@ -10,7 +10,7 @@ use super::handler::HandlerError;
 use super::job::Lease;
 use super::record::{snooze_refused, timed_out, truncated};
 use super::route::RunContext;
-use crate::lifecycle::TaskWorker;
+use crate::lifecycle::TaskLifecycle;
 use crate::values::backoff::Retry;
 use crate::values::connection::WithRetryBudget;
 use crate::values::error::DedupError;

@@ -9,7 +9,7 @@ use sea_orm::DatabaseConnection;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::lifecycle::TaskWorker;
+use crate::lifecycle::TaskLifecycle;
 use crate::values::connection::WithRetryBudget;
 use crate::values::error::DedupError;
 use crate::values::validate::{self, InvalidArgument};

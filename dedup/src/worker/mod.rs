@@ -1,5 +1,5 @@
 //! The [`Worker`] runtime. This module holds the claim loop (claim up to the free
-//! slots, start each task, wait for work) and the reaper; [`execute`] runs one task
+//! slots, start each task, wait for work) and the reaper; [`run`] runs one task
 //! (its handler beside a heartbeat), [`cancels`] cancels the handlers of tasks
 //! cancelled from outside, [`record`] decides how to record its end,
 //! [`completer`] records endings in batches, [`wake`] listens for new work, [`builder`]
@@ -10,13 +10,13 @@ mod cancels;
 mod completer;
 #[cfg(feature = "testing")]
 pub(crate) mod drain;
-mod execute;
 mod handler;
 mod job;
 mod outcome;
 mod periodic;
 mod record;
 mod route;
+mod run;
 mod wake;
 
 use std::cmp::Reverse;
@@ -37,7 +37,7 @@ pub use job::{Job, Lease};
 pub use route::TaskHandler;
 pub use wake::Wakeups;
 
-use crate::lifecycle::TaskWorker;
+use crate::lifecycle::TaskLifecycle;
 use crate::values::backoff::RetryPolicy;
 use crate::values::connection::WithRetryBudget;
 use crate::values::error::DedupError;
@@ -90,7 +90,8 @@ impl fmt::Debug for Worker {
 struct Config {
     id: String,
     task_types: Vec<String>,
-    limits: HashMap<String, usize>,
+    /// Each type's cap in this worker (`task_type_concurrency`, else the type's options).
+    type_concurrency: HashMap<String, usize>,
     /// The worker's timeout, for types without one in `timeouts`.
     timeout: Option<Duration>,
     /// Each type's timeout (`task_type_timeout`, else the type's options).
@@ -137,8 +138,12 @@ pub struct WorkerReport {
     /// Attempts that ran out of their [`timeout`](WorkerBuilder::timeout) (each also
     /// counted as retried or failed).
     pub timed_out: u64,
-    /// Tasks taken away while they ran (cancelled, or reaped after a lost lease), or
-    /// whose end could not be recorded: their handlers' results were discarded.
+    /// Tasks cancelled while they ran (an operator's cancel): their handlers were
+    /// cancelled and their results discarded; the tasks stay cancelled.
+    pub cancelled: u64,
+    /// Tasks taken away otherwise while they ran (reaped after a lost lease and claimed
+    /// elsewhere, deleted), or whose end could not be recorded: their handlers' results
+    /// were discarded.
     pub lost: u64,
     /// Expired leases this worker's reaper requeued.
     pub reaped_requeued: u64,
@@ -174,6 +179,7 @@ struct Counters {
     released: AtomicU64,
     snoozed: AtomicU64,
     timed_out: AtomicU64,
+    cancelled: AtomicU64,
     lost: AtomicU64,
     reaped_requeued: AtomicU64,
     reaped_failed: AtomicU64,
@@ -193,6 +199,7 @@ impl Counters {
             released: get(&self.released),
             snoozed: get(&self.snoozed),
             timed_out: get(&self.timed_out),
+            cancelled: get(&self.cancelled),
             lost: get(&self.lost),
             reaped_requeued: get(&self.reaped_requeued),
             reaped_failed: get(&self.reaped_failed),
@@ -376,15 +383,15 @@ impl Worker {
             if let Some(bell) = bell.as_mut().as_pin_mut() {
                 bell.enable();
             }
-            // Every free slot in one claim, but under per-type limits no more than the
-            // smallest room left among the limited types: a batch could be all of one.
+            // Every free slot in one claim, but under per-type caps no more than the
+            // smallest room left among the capped types: a batch could be all of one.
             let mut permits = vec![permit];
             while permits.len() < most
                 && let Ok(more) = slots.clone().try_acquire_owned()
             {
                 permits.push(more);
             }
-            if config.limits.is_empty() && permits.len() * 2 < config.concurrency {
+            if config.type_concurrency.is_empty() && permits.len() * 2 < config.concurrency {
                 gather(&slots, &mut permits, config.concurrency.div_ceil(2)).await;
             }
             let types: Vec<&str> = types.iter().map(String::as_str).collect();
@@ -525,7 +532,7 @@ fn next_retry_due(shared: &Shared, now: Instant) -> Option<Instant> {
 /// left among the limited types claimed. `None` when every type is at its limit.
 fn claimable_types(shared: &Shared) -> Option<(Vec<String>, usize)> {
     let config = &shared.config;
-    if config.limits.is_empty() {
+    if config.type_concurrency.is_empty() {
         return Some((
             config.task_types.clone(),
             crate::values::validate::MAX_CLAIM,
@@ -539,7 +546,7 @@ fn claimable_types(shared: &Shared) -> Option<(Vec<String>, usize)> {
     let types: Vec<String> = config
         .task_types
         .iter()
-        .filter(|t| match config.limits.get(*t) {
+        .filter(|t| match config.type_concurrency.get(*t) {
             Some(limit) => {
                 let room = limit.saturating_sub(running.get(*t).copied().unwrap_or(0));
                 if room > 0 {
@@ -562,7 +569,7 @@ fn start(
     permit: OwnedSemaphorePermit,
 ) {
     add(&shared.counters.claimed, 1);
-    if shared.config.limits.contains_key(&task.task_type) {
+    if shared.config.type_concurrency.contains_key(&task.task_type) {
         let mut running = shared
             .running
             .lock()
@@ -572,7 +579,7 @@ fn start(
     let shared = shared.clone();
     tasks.spawn(async move {
         let task_type = task.task_type.clone();
-        execute::run_task(&shared, task).await;
+        run::run_task(&shared, task).await;
         if let Some(count) = shared
             .running
             .lock()

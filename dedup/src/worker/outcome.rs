@@ -1,9 +1,10 @@
 //! What the worker's parts hand each other about a task's end: how its run ended
-//! ([`Ended`], from [`execute`](super::execute)), the ending to record ([`Ending`], from
+//! ([`Ended`], from [`run`](super::run)), the ending to record ([`Ending`], from
 //! [`record`](super::record) to the [`completer`](super::completer)), and what became of
 //! it ([`Recorded`], counted once by [`counted`]). A leaf: the three parts import it and
 //! not each other's types.
 
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use uuid::Uuid;
@@ -18,8 +19,11 @@ pub(super) enum Ended {
     Returned(Result<Option<serde_json::Value>, HandlerError>),
     /// The handler panicked.
     Panicked(String),
-    /// The task was taken away (the heartbeat found it cancelled or held by another
-    /// worker): the result is discarded.
+    /// The task was cancelled while it ran (an operator, `TaskAdmin::cancel`): the result
+    /// is discarded, the task stays cancelled.
+    Cancelled,
+    /// The task was taken away otherwise (reaped and claimed by another worker, deleted,
+    /// finished by someone else): the result is discarded.
     Lost,
     /// The shutdown grace ran out, or the handler outlived its cancel grace and was
     /// dropped.
@@ -51,6 +55,35 @@ pub(super) enum End {
     },
 }
 
+/// Whether a running task was taken away from its handler, and how: set by the heartbeat
+/// or the cancel watch, read by the task once its handler ended.
+#[derive(Default)]
+pub(super) struct TakenAway(AtomicU8);
+
+impl TakenAway {
+    const CANCELLED: u8 = 1;
+    const LOST: u8 = 2;
+
+    /// Taken away by a cancel (the row says `cancelled`), or else lost.
+    pub(super) fn set(&self, cancelled: bool) {
+        let how = if cancelled {
+            TakenAway::CANCELLED
+        } else {
+            TakenAway::LOST
+        };
+        self.0.store(how, Ordering::Relaxed);
+    }
+
+    /// How the task ended if it was taken away: [`Ended::Cancelled`] or [`Ended::Lost`].
+    pub(super) fn ended(&self) -> Option<Ended> {
+        match self.0.load(Ordering::Relaxed) {
+            TakenAway::CANCELLED => Some(Ended::Cancelled),
+            TakenAway::LOST => Some(Ended::Lost),
+            _ => None,
+        }
+    }
+}
+
 /// What became of a task, once recorded.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Recorded {
@@ -59,6 +92,7 @@ pub(super) enum Recorded {
     Failed,
     Released,
     Snoozed,
+    Cancelled,
     Lost,
 }
 
@@ -71,6 +105,7 @@ impl Recorded {
             Recorded::Failed => "failed",
             Recorded::Released => "released",
             Recorded::Snoozed => "snoozed",
+            Recorded::Cancelled => "cancelled",
             Recorded::Lost => "lost",
         }
     }
@@ -86,6 +121,7 @@ pub(super) fn counted(shared: &Shared, id: Uuid, recorded: Recorded, started: In
             Recorded::Failed => &counters.failed,
             Recorded::Released => &counters.released,
             Recorded::Snoozed => &counters.snoozed,
+            Recorded::Cancelled => &counters.cancelled,
             Recorded::Lost => &counters.lost,
         },
         1,

@@ -1,6 +1,6 @@
 //! Recording how a task's run ended: complete, retry or fail (handed to the
 //! [`completer`](super::completer), which records them in batches), release, or nothing
-//! for a task taken away. Kept apart from running it ([`execute`](super::execute)).
+//! for a task taken away. Kept apart from running it ([`run`](super::run)).
 
 use std::time::Instant;
 
@@ -9,7 +9,7 @@ use uuid::Uuid;
 use super::handler::HandlerError;
 use super::outcome::{End, Ended, Ending, Recorded, counted};
 use super::{Shared, add};
-use crate::lifecycle::TaskWorker;
+use crate::lifecycle::TaskLifecycle;
 use crate::values::backoff::{Retry, RetryPolicy};
 use crate::values::error::DedupError;
 use crate::values::validate;
@@ -65,6 +65,7 @@ pub(super) async fn record(shared: &Shared, claimed: Claimed, retry: &RetryPolic
             let message = truncated(format!("handler panicked: {message}"));
             retry_or_fail(retry, attempts, message)
         }
+        Ended::Cancelled => return counted(shared, id, Recorded::Cancelled, started),
         Ended::Lost => return counted(shared, id, Recorded::Lost, started),
         Ended::Aborted => {
             let recorded = match shared.db().release(id, &shared.config.id).await {

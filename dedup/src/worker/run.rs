@@ -2,19 +2,18 @@
 //! heartbeat beside it, then its end handed to [`record`](super::record).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
 
 use super::handler::HandlerError;
 use super::job::Lease;
-use super::outcome::Ended;
+use super::outcome::{Ended, TakenAway};
 use super::route::RunContext;
 use super::{Shared, record};
-use crate::lifecycle::TaskWorker;
+use crate::lifecycle::TaskLifecycle;
 use crate::values::error::DedupError;
-use task_dedup_entity::task_run;
+use task_dedup_entity::{TaskStatus, task_run};
 
 /// Runs one claimed task, then records how it ended.
 #[tracing::instrument(level = "debug", name = "task", skip_all, fields(task_id = %task.id, task_type = %task.task_type, attempt = task.attempts))]
@@ -42,15 +41,15 @@ pub(super) async fn run_task(shared: &Arc<Shared>, task: task_run::Model) {
         heartbeat_every,
     );
     let cancel = shared.abort.child_token();
-    let lost = Arc::new(AtomicBool::new(false));
+    let taken = Arc::new(TakenAway::default());
     shared
         .handlers
-        .started(id, (attempts, snoozes), cancel.clone(), lost.clone());
+        .started(id, (attempts, snoozes), cancel.clone(), taken.clone());
     let heartbeat = tokio::spawn(heartbeat(
         shared.clone(),
         lease.clone(),
         cancel.clone(),
-        lost.clone(),
+        taken.clone(),
     ));
     let route = shared.routes.get(&task.task_type).cloned();
     let mut handle = tokio::spawn({
@@ -86,11 +85,11 @@ pub(super) async fn run_task(shared: &Arc<Shared>, task: task_run::Model) {
         }
     };
     shared.handlers.ended(id);
-    // What a handler returns after its cancellation fired is discarded (lost task),
-    // handed back (shutdown) or a timed-out attempt, unless it finished its work.
+    // What a handler returns after its cancellation fired is discarded (a task cancelled
+    // or lost), handed back (shutdown) or a timed-out attempt, unless it finished its work.
     let finished = matches!(ended, Ended::Returned(Ok(_)));
-    let ended = if lost.load(Ordering::Relaxed) {
-        Ended::Lost
+    let ended = if let Some(taken) = taken.ended() {
+        taken
     } else if shared.abort.is_cancelled() && !finished {
         Ended::Aborted
     } else if let Some(timeout) = timed_out.filter(|_| !finished) {
@@ -99,7 +98,10 @@ pub(super) async fn run_task(shared: &Arc<Shared>, task: task_run::Model) {
         ended
     };
     heartbeat.abort();
-    if matches!(ended, Ended::Lost | Ended::Aborted | Ended::TimedOut(_)) {
+    if matches!(
+        ended,
+        Ended::Cancelled | Ended::Lost | Ended::Aborted | Ended::TimedOut(_)
+    ) {
         handle.abort();
     }
     let claimed = record::Claimed {
@@ -137,13 +139,14 @@ fn ended(
 /// Renews the task's `lease` every heartbeat interval (at once first when the claim
 /// took another lease than the task's type asks for) while its handler runs. When
 /// the task is gone from under it (cancelled, finished, or reaped and claimed by another
-/// worker), marks it lost and fires the handler's cancellation. Other errors (a lost
+/// worker), marks it taken away (cancelled, or lost) and fires the handler's
+/// cancellation. Other errors (a lost
 /// connection) are retried at the next beat: the lease outlasts a few of them.
 async fn heartbeat(
     shared: Arc<Shared>,
     lease: Lease,
     cancel: CancellationToken,
-    lost: Arc<AtomicBool>,
+    taken: Arc<TakenAway>,
 ) {
     let config = &shared.config;
     let id = lease.task_id();
@@ -164,7 +167,14 @@ async fn heartbeat(
                 | DedupError::NotFound { .. }),
             ) => {
                 tracing::info!(task_id = %id, error = %err, "task taken away while it ran; cancelling its handler");
-                lost.store(true, Ordering::Relaxed);
+                let cancelled = matches!(
+                    err,
+                    DedupError::InvalidTransition {
+                        status: TaskStatus::Cancelled,
+                        ..
+                    }
+                );
+                taken.set(cancelled);
                 cancel.cancel();
                 return;
             }
