@@ -6,7 +6,7 @@
 //! shapes).
 
 use super::Dialect;
-use super::render::{COLUMNS, File, Template};
+use super::render::{COLUMNS, Files, Template};
 
 /// The statuses `Admin::counts_of_type` has an arm for: every status there is
 /// (MySQL/MariaDB bind the type and the limit once per arm).
@@ -48,14 +48,17 @@ pub(crate) struct Admin {
 }
 
 impl Admin {
-    /// The statements of a dialect's `admin.sql`.
-    pub(crate) fn read(file: &mut File) -> Admin {
+    /// The statements of a dialect's `admin.sql`; `task_types` from it or from
+    /// `shared.sql`.
+    pub(crate) fn read(files: &mut Files) -> Admin {
+        let task_types = files.own_or_shared("admin", "task_types");
+        let file = files.file("admin");
         Admin {
             now: file.text("now"),
             retry: file.text("retry"),
             delete: file.text("delete"),
             counts: file.text("counts"),
-            task_types: file.text("task_types"),
+            task_types,
             counts_of_type: file.text("counts_of_type"),
             throughput: file.text("throughput"),
             oldest_queued: file.text("oldest_queued"),

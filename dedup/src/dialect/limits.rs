@@ -12,7 +12,7 @@
 //! other claim passes over limited types (the main claims' "not limited" probe), so no
 //! task of a limited type starts but under its limits.
 
-use super::render::{File, Template};
+use super::render::{Files, Template};
 
 /// The task type of the row that holds the limit across all types
 /// ([`TaskAdmin::set_user_limit`](crate::TaskAdmin::set_user_limit)): empty, which no
@@ -74,7 +74,7 @@ pub(crate) struct Limits {
     /// each with its run slot (none: NULL; PostgreSQL: -1): worker_id, lease, then
     /// PostgreSQL the ids and the slots (two arrays), elsewhere an (id, slot) pair per
     /// task (the list `slots`) and the ids (the list `ids`). PostgreSQL and SQLite return
-    /// the rows; MySQL/MariaDB read them by id afterwards (its `claimed`).
+    /// the rows; MySQL/MariaDB read them by id afterwards (its `by_ids`).
     pub claim_ids: Template,
     /// Records the rate's current window: its start, the starts in it, the type.
     pub window: String,
@@ -91,8 +91,11 @@ pub(crate) struct Limits {
 }
 
 impl Limits {
-    /// The statements every dialect's `limits.sql` has.
-    pub(crate) fn read(file: &mut File) -> Limits {
+    /// The statements every dialect's `limits.sql` has; `fair_users` from it or from
+    /// `shared.sql`.
+    pub(crate) fn read(files: &mut Files) -> Limits {
+        let fair_users = files.own_or_shared("limits", "fair_users");
+        let file = files.file("limits");
         Limits {
             types: file.text("types"),
             lock: file.text("lock"),
@@ -100,7 +103,7 @@ impl Limits {
             running_users: file.text("running_users"),
             candidates: file.template("candidates"),
             rest_candidates: file.template("rest_candidates"),
-            fair_users: file.text("fair_users"),
+            fair_users,
             fair_heads: file.text("fair_heads"),
             fair_cursor: file.text("fair_cursor"),
             claim_ids: file.template("claim_ids"),

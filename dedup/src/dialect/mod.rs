@@ -13,7 +13,11 @@
 use sea_orm::{DbBackend, DbErr};
 
 pub(crate) use self::admin::{Admin, ListShape};
-use self::render::Template;
+use self::render::{Files, Template};
+
+/// The statements two or more dialects run word for word (`shared.sql`), read by each as
+/// from its own files.
+pub(crate) const SHARED: (&str, &str) = ("shared.sql", include_str!("shared.sql"));
 
 pub(crate) mod admin;
 pub(crate) mod limits;
@@ -108,6 +112,43 @@ pub(crate) enum Claim {
     Optimistic,
 }
 
+impl Statements {
+    /// The statements every dialect has, from its files: the read right after a conflict
+    /// is `find_occupant` unless the dialect's `enqueue.sql` has its own
+    /// `find_occupant_after_conflict` (MySQL/MariaDB: a locking read); `insert_or_find`
+    /// where it has one (PostgreSQL).
+    pub(crate) fn read(files: &mut Files) -> Statements {
+        let find_occupant = files.text("enqueue", "find_occupant");
+        let enqueue = files.file("enqueue");
+        let insert_or_find = enqueue.optional("insert_or_find");
+        let find_occupant_after_conflict = enqueue
+            .optional("find_occupant_after_conflict")
+            .unwrap_or_else(|| find_occupant.clone());
+        Statements {
+            insert: files.text("enqueue", "insert"),
+            insert_or_find,
+            find_occupant,
+            find_occupant_after_conflict,
+            by_id: files.text("enqueue", "by_id"),
+            heartbeat: files.text("lifecycle", "heartbeat"),
+            complete: files.text("lifecycle", "complete"),
+            fail: files.text("lifecycle", "fail"),
+            retry: files.text("lifecycle", "retry"),
+            cancel: files.text("lifecycle", "cancel"),
+            release: files.text("lifecycle", "release"),
+            snooze: files.text("lifecycle", "snooze"),
+            expired: files.text("lifecycle", "expired"),
+            reap_fail: files.text("lifecycle", "reap_fail"),
+            reap_requeue: files.text("lifecycle", "reap_requeue"),
+            prune: files.text("maintenance", "prune"),
+            pause: files.text("maintenance", "pause"),
+            resume: files.text("maintenance", "resume"),
+            paused: files.text("maintenance", "paused"),
+            running_index: files.text("schema", "running_index"),
+        }
+    }
+}
+
 /// What PostgreSQL and SQLite do in one statement with `RETURNING`, and MySQL/MariaDB in
 /// flows of their own (`executor::mysql`).
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
@@ -130,6 +171,20 @@ pub(crate) struct Returning {
     pub optimistic_claim_any: Template,
     /// [`claim_types`](Self::claim_types), optimistic alike.
     pub optimistic_claim_types: Template,
+}
+
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+impl Returning {
+    /// The replace of `enqueue.sql` and the claims of `claim.sql`.
+    pub(crate) fn read(files: &mut Files) -> Returning {
+        Returning {
+            replace: files.text("enqueue", "replace"),
+            claim_any: files.template("claim", "claim_any"),
+            claim_types: files.template("claim", "claim_types"),
+            optimistic_claim_any: files.template("claim", "optimistic_claim_any"),
+            optimistic_claim_types: files.template("claim", "optimistic_claim_types"),
+        }
+    }
 }
 
 /// The statements of `find_or_enqueue_many`, for a chunk of tasks. PostgreSQL binds one
@@ -161,6 +216,29 @@ pub(crate) struct Bulk {
     pub by_ids: Template,
 }
 
+impl Bulk {
+    /// The statements of `bulk.sql`, in chunks of `chunk` rows: the read after the
+    /// crate's own insert is `find_occupants` unless the file has its own (MySQL/MariaDB:
+    /// a plain read beside its locking one).
+    pub(crate) fn read(files: &mut Files, chunk: usize) -> Bulk {
+        let bulk = files.file("bulk");
+        let find_occupants = bulk.template("find_occupants");
+        let after_own_insert = if bulk.has("find_occupants_after_own_insert") {
+            bulk.template("find_occupants_after_own_insert")
+        } else {
+            bulk.template("find_occupants")
+        };
+        Bulk {
+            chunk,
+            insert: bulk.template("insert"),
+            replace: bulk.template("replace"),
+            find_occupants,
+            find_occupants_after_own_insert: after_own_insert,
+            by_ids: bulk.template("by_ids"),
+        }
+    }
+}
+
 /// The statements a [`Worker`](crate::Worker) records a batch of task endings with, for
 /// `rows` tasks of one shape. Each is a compare-and-set per row on `status = 'running'`
 /// and the worker's `lease_owner`, as the single transitions are: a row another worker
@@ -181,6 +259,18 @@ pub(crate) struct Endings {
     /// (`Statements::retry` per row). A row whose key a queued follow-up took fails the
     /// whole statement with a held-key error: the caller records those one by one.
     pub retry: Template,
+}
+
+impl Endings {
+    /// The statements of `endings.sql`.
+    pub(crate) fn read(files: &mut Files) -> Endings {
+        let endings = files.file("endings");
+        Endings {
+            complete: endings.template("complete"),
+            fail: endings.template("fail"),
+            retry: endings.template("retry"),
+        }
+    }
 }
 
 /// One of the dialects this crate was built with (features `postgres`, `sqlite`,
@@ -558,6 +648,12 @@ pub(crate) mod tests {
     fn mysql_statements_are_pinned() {
         pin_files("mysql", &mysql::FILES, &mysql::sql().problems);
         insta::assert_snapshot!("mysql_admin_lists", lists(Dialect::MySql));
+    }
+
+    /// The statements two or more dialects share, pinned like each dialect's.
+    #[test]
+    fn shared_statements_are_pinned() {
+        insta::assert_snapshot!("shared", pinned(&[SHARED], "shared"));
     }
 
     /// The admin list, built from parts: a few shapes.

@@ -72,6 +72,8 @@ pub(crate) fn bound(max: i64) -> usize {
 pub(crate) struct File {
     /// The file's name, for the problems it reports.
     path: &'static str,
+    /// Statements several dialects share (`dialect/shared.sql`): each dialect takes some.
+    shared: bool,
     statements: Vec<(&'static str, String, bool)>,
     problems: Vec<String>,
 }
@@ -107,9 +109,29 @@ impl File {
         }
         File {
             path,
+            shared: false,
             statements,
             problems,
         }
+    }
+
+    /// The statements several dialects share (`dialect/shared.sql`): one that a dialect
+    /// does not take is no problem.
+    pub(crate) fn parse_shared(path: &'static str, text: &'static str) -> File {
+        File {
+            shared: true,
+            ..File::parse(path, text)
+        }
+    }
+
+    /// The statement `name` if the file has it (a plain one, as [`text`](Self::text)).
+    pub(crate) fn optional(&mut self, name: &str) -> Option<String> {
+        self.has(name).then(|| self.text(name))
+    }
+
+    /// Whether the file has a statement `name`.
+    pub(crate) fn has(&self, name: &str) -> bool {
+        self.statements.iter().any(|(n, _, _)| *n == name)
     }
 
     /// The statement `name`, which has neither a bound nor lists.
@@ -142,7 +164,7 @@ impl File {
     /// file whose table is right (a unit test checks each dialect's).
     pub(crate) fn finish(mut self) -> Vec<String> {
         for (name, _, taken) in &self.statements {
-            if !taken {
+            if !taken && !self.shared {
                 self.problems
                     .push(format!("{}: {name}: not in the dialect's table", self.path));
             }
@@ -173,6 +195,79 @@ fn shared(sql: &str) -> String {
         .replace("{{insert_columns}}", INSERT_COLUMNS)
         .replace("{{occupies_key}}", OCCUPIES_KEY_SQL)
         .replace("{{runs_serially}}", RUNS_SERIALLY_SQL)
+}
+
+/// A dialect's files by family (`enqueue`, `claim`, ..., the name of each file without
+/// `.sql`) and the statements the dialects share (`shared.sql`), for its table to read.
+pub(crate) struct Files {
+    families: Vec<(&'static str, File)>,
+    shared: File,
+}
+
+impl Files {
+    /// `files` (path, contents), and `shared`.
+    pub(crate) fn parse(
+        files: &[(&'static str, &'static str)],
+        shared: (&'static str, &'static str),
+    ) -> Files {
+        Files {
+            families: files
+                .iter()
+                .map(|(path, text)| (family(path), File::parse(path, text)))
+                .collect(),
+            shared: File::parse_shared(shared.0, shared.1),
+        }
+    }
+
+    /// The file of `family`; an empty one, and a problem, if the dialect has none.
+    pub(crate) fn file(&mut self, family: &'static str) -> &mut File {
+        let at = match self.families.iter().position(|(f, _)| *f == family) {
+            Some(at) => at,
+            None => {
+                let mut missing = File::parse(family, "");
+                missing
+                    .problems
+                    .push(format!("{family}: no such file in the dialect"));
+                self.families.push((family, missing));
+                self.families.len() - 1
+            }
+        };
+        &mut self.families[at].1
+    }
+
+    /// The plain statement `name` of `family`'s file.
+    pub(crate) fn text(&mut self, family: &'static str, name: &str) -> String {
+        self.file(family).text(name)
+    }
+
+    /// The statement `name` of `family`'s file, which varies.
+    pub(crate) fn template(&mut self, family: &'static str, name: &str) -> Template {
+        self.file(family).template(name)
+    }
+
+    /// The plain statement `name` of `family`'s file if it has one, else the shared one.
+    pub(crate) fn own_or_shared(&mut self, family: &'static str, name: &str) -> String {
+        match self.file(family).optional(name) {
+            Some(sql) => sql,
+            None => self.shared.text(name),
+        }
+    }
+
+    /// Every problem met, and every statement of a dialect's file its table did not read.
+    pub(crate) fn finish(self) -> Vec<String> {
+        self.families
+            .into_iter()
+            .map(|(_, file)| file)
+            .chain(std::iter::once(self.shared))
+            .flat_map(File::finish)
+            .collect()
+    }
+}
+
+/// A file's family: its name without folder and `.sql`.
+pub(crate) fn family(path: &'static str) -> &'static str {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    name.strip_suffix(".sql").unwrap_or(name)
 }
 
 /// A statement that varies: one text per claim bound (`{{bound}}`), or with lists whose

@@ -1,6 +1,6 @@
 -- MySQL/MariaDB: the claims of the types without limits of their own. No UPDATE of a table
 -- selected from in a subquery: the next rows are locked here (skipping rows other claimers
--- hold), then updated and read by their ids (`claim_update`, `claimed`), in one short
+-- hold), then updated (`claim_update`) and read by their ids (`bulk.sql`'s `by_ids`), in one short
 -- transaction (`executor::mysql::claim`). `task_run_claim_idx` serves the order, which also
 -- keeps InnoDB from locking every row it scans.
 --
@@ -110,10 +110,3 @@ SET status = 'running',
     updated_at = UTC_TIMESTAMP(6),
     run_slot = NULL
 WHERE id IN ({{ids, ?}});
-
--- name: claimed
--- The claimed tasks: the ids.
-SELECT {{columns}}
-FROM task_run
-WHERE id IN ({{ids, ?}});
-

@@ -161,35 +161,6 @@ ORDER BY priority DESC, run_at, created_at, id
 LIMIT ?
 FOR UPDATE SKIP LOCKED;
 
--- name: fair_users
--- A fair claim's walk over the users with queued tasks of one type, from the one after a
--- cursor: the type, the cursor, the type again, how many users at most.
--- `task_run_user_queue_idx (task_type, status, user_id, ...)` serves each step's `min`
--- and the heads' order.
-WITH RECURSIVE walk (user_id, n) AS (
-    SELECT (
-        SELECT min(user_id)
-        FROM task_run
-        WHERE task_type = ?
-            AND status = 'queued'
-            AND user_id > ?
-    ), 1
-    UNION ALL
-    SELECT (
-        SELECT min(t.user_id)
-        FROM task_run t
-        WHERE t.task_type = ?
-            AND t.status = 'queued'
-            AND t.user_id > walk.user_id
-    ), walk.n + 1
-    FROM walk
-    WHERE walk.user_id IS NOT NULL
-        AND walk.n < ?
-)
-SELECT user_id
-FROM walk
-WHERE user_id IS NOT NULL;
-
 -- name: fair_heads
 -- One user's next due tasks of one type, without locks: the type, the user, how many.
 SELECT id, user_id, task_type, resource_key, concurrent
@@ -221,7 +192,7 @@ WHERE task_type = ?;
 -- name: claim_ids
 -- Moves tasks that are still queued to `running` under a lease, each with its run slot
 -- (NULL: none): worker_id, lease, an (id, slot) pair per task, the ids. The rows are read
--- by id afterwards (`claim.sql`'s `claimed`).
+-- by id afterwards (`bulk.sql`'s `by_ids`).
 UPDATE task_run
 SET status = 'running',
     attempts = attempts + 1,
@@ -265,4 +236,3 @@ SELECT task_type, max_running, max_running_per_user, rate_starts, rate_window_mi
     CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED) AS now_micros
 FROM task_dedup_limits l
 ORDER BY task_type;
-

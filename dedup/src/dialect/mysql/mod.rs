@@ -11,8 +11,8 @@ use sea_orm::sqlx::mysql::MySqlDatabaseError;
 use task_dedup_entity::task_run::{ACTIVE_RESOURCE_UIDX, RUNNING_RESOURCE_UIDX};
 
 use super::limits::{Limits, SLOT_UIDX};
-use super::render::{File, Template};
-use super::{Admin, Bulk, Endings, Guarded, Kind, Statements, squeeze};
+use super::render::{Files, Template};
+use super::{Admin, Bulk, Endings, Guarded, Kind, SHARED, Statements, squeeze};
 
 /// The dialect's SQL files, by family.
 pub(crate) const FILES: [(&str, &str); 9] = [
@@ -87,90 +87,31 @@ pub(crate) fn sql() -> &'static Sql {
 }
 
 fn build() -> Sql {
-    let [
-        mut enqueue,
-        mut claim,
-        mut lifecycle,
-        mut endings,
-        mut bulk,
-        mut limits,
-        mut admin,
-        mut maintenance,
-        mut schema,
-    ] = FILES.map(|(path, text)| File::parse(path, text));
-    let statements = Statements {
-        insert: enqueue.text("insert"),
-        insert_or_find: None,
-        find_occupant: enqueue.text("find_occupant"),
-        find_occupant_after_conflict: enqueue.text("find_occupant_after_conflict"),
-        by_id: enqueue.text("by_id"),
-        heartbeat: lifecycle.text("heartbeat"),
-        complete: lifecycle.text("complete"),
-        fail: lifecycle.text("fail"),
-        retry: lifecycle.text("retry"),
-        cancel: lifecycle.text("cancel"),
-        release: lifecycle.text("release"),
-        snooze: lifecycle.text("snooze"),
-        expired: lifecycle.text("expired"),
-        reap_fail: lifecycle.text("reap_fail"),
-        reap_requeue: lifecycle.text("reap_requeue"),
-        prune: maintenance.text("prune"),
-        pause: maintenance.text("pause"),
-        resume: maintenance.text("resume"),
-        paused: maintenance.text("paused"),
-        running_index: schema.text("running_index"),
-    };
-    let claims = Claims {
-        claim_any: claim.text("claim_any"),
-        claim_types: claim.template("claim_types"),
-        optimistic_claim_any: claim.text("optimistic_claim_any"),
-        optimistic_claim_types: claim.template("optimistic_claim_types"),
-        claim_update: claim.template("claim_update"),
-        claimed: claim.template("claimed"),
-        slots_and_candidates: limits.text("slots_and_candidates"),
-        slots_and_optimistic_candidates: limits.text("slots_and_optimistic_candidates"),
-    };
-    let bulk_statements = Bulk {
-        chunk: 2_000,
-        insert: bulk.template("insert"),
-        replace: bulk.template("replace"),
-        find_occupants: bulk.template("find_occupants"),
-        find_occupants_after_own_insert: bulk.template("find_occupants_after_own_insert"),
-        by_ids: bulk.template("by_ids"),
-    };
-    let ending_statements = Endings {
-        complete: endings.template("complete"),
-        fail: endings.template("fail"),
-        retry: endings.template("retry"),
-    };
-    let limit_statements = Limits::read(&mut limits);
-    let admin_statements = Admin::read(&mut admin);
+    let mut files = Files::parse(&FILES, SHARED);
     Sql {
-        statements,
-        bulk: bulk_statements,
-        endings: ending_statements,
-        admin: admin_statements,
-        limits: limit_statements,
-        claims,
-        replace: enqueue.text("replace"),
-        ids_in: bulk.template("ids_in"),
-        prune_ids: maintenance.template("prune_ids"),
-        ended_by: endings.template("ended_by"),
-        guard: schema.text("guard"),
-        problems: [
-            enqueue,
-            claim,
-            lifecycle,
-            endings,
-            bulk,
-            limits,
-            admin,
-            maintenance,
-            schema,
-        ]
-        .into_iter()
-        .flat_map(File::finish)
-        .collect(),
+        statements: Statements::read(&mut files),
+        bulk: Bulk::read(&mut files, 2_000),
+        endings: Endings::read(&mut files),
+        admin: Admin::read(&mut files),
+        limits: Limits::read(&mut files),
+        claims: Claims {
+            claim_any: files.text("claim", "claim_any"),
+            claim_types: files.template("claim", "claim_types"),
+            optimistic_claim_any: files.text("claim", "optimistic_claim_any"),
+            optimistic_claim_types: files.template("claim", "optimistic_claim_types"),
+            claim_update: files.template("claim", "claim_update"),
+            // The rows by id, as a bulk enqueue reads them.
+            claimed: files.template("bulk", "by_ids"),
+            slots_and_candidates: files.text("limits", "slots_and_candidates"),
+            slots_and_optimistic_candidates: files
+                .text("limits", "slots_and_optimistic_candidates"),
+        },
+        replace: files.text("enqueue", "replace"),
+        ids_in: files.template("bulk", "ids_in"),
+        prune_ids: files.template("maintenance", "prune_ids"),
+        ended_by: files.template("endings", "ended_by"),
+        guard: files.text("schema", "guard"),
+        problems: files.finish(),
     }
 }
 

@@ -32,27 +32,6 @@ FROM task_run
 GROUP BY task_type, status
 ORDER BY task_type, status;
 
--- name: task_types
--- Every task type there is, one index descent per type (the recursive skip of
--- `oldest_queued`).
-WITH RECURSIVE types(task_type) AS (
-    SELECT MIN(task_type)
-    FROM task_run
-    UNION ALL
-    SELECT (
-        SELECT r.task_type
-        FROM task_run r
-        WHERE r.task_type > types.task_type
-        ORDER BY r.task_type
-        LIMIT 1
-    )
-    FROM types
-    WHERE types.task_type IS NOT NULL
-)
-SELECT task_type
-FROM types
-WHERE task_type IS NOT NULL;
-
 -- name: counts_of_type
 -- The tasks of one type per status ($1), each count stopping at a limit ($2). Each arm a
 -- walk of `task_run_type_status_created_idx` that stops at the limit: the `ORDER BY` is
@@ -182,4 +161,3 @@ WHERE id = ANY($2)
 DELETE FROM task_run
 WHERE id = ANY($1)
     AND status IN ('succeeded', 'failed', 'cancelled');
-

@@ -10,8 +10,8 @@ use sea_orm::sqlx::postgres::PgDatabaseError;
 use task_dedup_entity::task_run::{ACTIVE_RESOURCE_UIDX, RUNNING_RESOURCE_UIDX};
 
 use super::limits::{Limits, SLOT_UIDX};
-use super::render::{File, Template};
-use super::{Admin, Bulk, Endings, Guarded, Kind, Returning, Statements};
+use super::render::{Files, Template};
+use super::{Admin, Bulk, Endings, Guarded, Kind, Returning, SHARED, Statements};
 
 /// The dialect's SQL files, by family.
 pub(crate) const FILES: [(&str, &str); 10] = [
@@ -76,100 +76,26 @@ pub(crate) fn sql() -> &'static Sql {
 }
 
 fn build() -> Sql {
-    let [
-        mut enqueue,
-        mut claim,
-        mut lifecycle,
-        mut endings,
-        mut bulk,
-        mut limits,
-        mut admin,
-        mut maintenance,
-        mut schema,
-        mut wakeups,
-    ] = FILES.map(|(path, text)| File::parse(path, text));
-    // Under READ COMMITTED each statement reads a fresh snapshot: the read right after a
-    // conflict is the plain one (`enqueue.sql`).
-    let find_occupant = enqueue.text("find_occupant");
-    let statements = Statements {
-        insert: enqueue.text("insert"),
-        insert_or_find: Some(enqueue.text("insert_or_find")),
-        find_occupant_after_conflict: find_occupant.clone(),
-        find_occupant,
-        by_id: enqueue.text("by_id"),
-        heartbeat: lifecycle.text("heartbeat"),
-        complete: lifecycle.text("complete"),
-        fail: lifecycle.text("fail"),
-        retry: lifecycle.text("retry"),
-        cancel: lifecycle.text("cancel"),
-        release: lifecycle.text("release"),
-        snooze: lifecycle.text("snooze"),
-        expired: lifecycle.text("expired"),
-        reap_fail: lifecycle.text("reap_fail"),
-        reap_requeue: lifecycle.text("reap_requeue"),
-        prune: maintenance.text("prune"),
-        pause: maintenance.text("pause"),
-        resume: maintenance.text("resume"),
-        paused: maintenance.text("paused"),
-        running_index: schema.text("running_index"),
-    };
-    let returning = Returning {
-        replace: enqueue.text("replace"),
-        claim_any: claim.template("claim_any"),
-        claim_types: claim.template("claim_types"),
-        optimistic_claim_any: claim.template("optimistic_claim_any"),
-        optimistic_claim_types: claim.template("optimistic_claim_types"),
-    };
-    let bulk_statements = Bulk {
-        chunk: 5_000,
-        insert: bulk.template("insert"),
-        replace: bulk.template("replace"),
-        find_occupants: bulk.template("find_occupants"),
-        // No locks to avoid: the same read.
-        find_occupants_after_own_insert: bulk.template("find_occupants"),
-        by_ids: bulk.template("by_ids"),
-    };
-    let ending_statements = Endings {
-        complete: endings.template("complete"),
-        fail: endings.template("fail"),
-        retry: endings.template("retry"),
-    };
-    let lock_free = LockFree {
-        window_claim: limits.template("window_claim"),
-        optimistic_window_claim: limits.template("optimistic_window_claim"),
-        slot_claim: limits.template("slot_claim"),
-    };
-    let limit_statements = Limits::read(&mut limits);
-    let admin_statements = Admin::read(&mut admin);
+    let mut files = Files::parse(&FILES, SHARED);
     Sql {
-        statements,
-        returning,
-        bulk: bulk_statements,
-        endings: ending_statements,
-        admin: admin_statements,
-        limits: limit_statements,
-        lock_free,
-        has_insert_or_find: enqueue.text("has_insert_or_find"),
-        insert_or_find_call: enqueue.text("insert_or_find_call"),
-        notify: wakeups.text("notify"),
-        notify_cancel: wakeups.text("notify_cancel"),
-        probe: wakeups.text("probe"),
-        guard: schema.text("guard"),
-        problems: [
-            enqueue,
-            claim,
-            lifecycle,
-            endings,
-            bulk,
-            limits,
-            admin,
-            maintenance,
-            schema,
-            wakeups,
-        ]
-        .into_iter()
-        .flat_map(File::finish)
-        .collect(),
+        statements: Statements::read(&mut files),
+        returning: Returning::read(&mut files),
+        bulk: Bulk::read(&mut files, 5_000),
+        endings: Endings::read(&mut files),
+        admin: Admin::read(&mut files),
+        limits: Limits::read(&mut files),
+        lock_free: LockFree {
+            window_claim: files.template("limits", "window_claim"),
+            optimistic_window_claim: files.template("limits", "optimistic_window_claim"),
+            slot_claim: files.template("limits", "slot_claim"),
+        },
+        has_insert_or_find: files.text("enqueue", "has_insert_or_find"),
+        insert_or_find_call: files.text("enqueue", "insert_or_find_call"),
+        notify: files.text("wakeups", "notify"),
+        notify_cancel: files.text("wakeups", "notify_cancel"),
+        probe: files.text("wakeups", "probe"),
+        guard: files.text("schema", "guard"),
+        problems: files.finish(),
     }
 }
 

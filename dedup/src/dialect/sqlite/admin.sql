@@ -31,27 +31,6 @@ FROM task_run
 GROUP BY task_type, status
 ORDER BY task_type, status;
 
--- name: task_types
--- As PostgreSQL's: one index descent per type, then walks that stop at the limit
--- (`counts_of_type`).
-WITH RECURSIVE types(task_type) AS (
-    SELECT MIN(task_type)
-    FROM task_run
-    UNION ALL
-    SELECT (
-        SELECT r.task_type
-        FROM task_run r
-        WHERE r.task_type > types.task_type
-        ORDER BY r.task_type
-        LIMIT 1
-    )
-    FROM types
-    WHERE types.task_type IS NOT NULL
-)
-SELECT task_type
-FROM types
-WHERE task_type IS NOT NULL;
-
 -- name: counts_of_type
 SELECT 'cancelled' AS status, COUNT(*) AS n
 FROM (
@@ -140,4 +119,3 @@ WHERE id IN ({{ids, ?}})
 DELETE FROM task_run
 WHERE id IN ({{ids, ?}})
     AND status IN ('succeeded', 'failed', 'cancelled');
-

@@ -182,33 +182,6 @@ WHERE status = 'queued'
 ORDER BY priority DESC, run_at, created_at, id
 LIMIT ?3;
 
--- name: fair_users
--- A fair claim's walk over the users with queued tasks of one type, from the one after a
--- cursor: the type, the cursor, the type again, how many users at most.
-WITH RECURSIVE walk (user_id, n) AS (
-    SELECT (
-        SELECT min(user_id)
-        FROM task_run
-        WHERE task_type = ?
-            AND status = 'queued'
-            AND user_id > ?
-    ), 1
-    UNION ALL
-    SELECT (
-        SELECT min(t.user_id)
-        FROM task_run t
-        WHERE t.task_type = ?
-            AND t.status = 'queued'
-            AND t.user_id > walk.user_id
-    ), walk.n + 1
-    FROM walk
-    WHERE walk.user_id IS NOT NULL
-        AND walk.n < ?
-)
-SELECT user_id
-FROM walk
-WHERE user_id IS NOT NULL;
-
 -- name: fair_heads
 -- One user's next due tasks of one type: the type, the user, how many.
 SELECT id, user_id, task_type, resource_key, concurrent
@@ -288,4 +261,3 @@ SELECT task_type, max_running, max_running_per_user, rate_starts, rate_window_mi
     ) AS now_micros
 FROM task_dedup_limits l
 ORDER BY task_type;
-

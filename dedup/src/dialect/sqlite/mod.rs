@@ -14,8 +14,8 @@ use sea_orm::sqlx::sqlite::SqliteError;
 use task_dedup_entity::OCCUPIES_KEY_SQL;
 
 use super::limits::Limits;
-use super::render::File;
-use super::{Admin, Bulk, Endings, Guarded, Kind, Returning, Statements, squeeze};
+use super::render::Files;
+use super::{Admin, Bulk, Endings, Guarded, Kind, Returning, SHARED, Statements, squeeze};
 
 /// The dialect's SQL files, by family.
 pub(crate) const FILES: [(&str, &str); 9] = [
@@ -63,92 +63,22 @@ pub(crate) fn sql() -> &'static Sql {
 }
 
 fn build() -> Sql {
-    let [
-        mut enqueue,
-        mut claim,
-        mut lifecycle,
-        mut endings,
-        mut bulk,
-        mut limits,
-        mut admin,
-        mut maintenance,
-        mut schema,
-    ] = FILES.map(|(path, text)| File::parse(path, text));
-    // Writers are serialized: the row a conflict met is committed and visible to the
-    // plain read.
-    let find_occupant = enqueue.text("find_occupant");
-    let statements = Statements {
-        insert: enqueue.text("insert"),
-        insert_or_find: None,
-        find_occupant_after_conflict: find_occupant.clone(),
-        find_occupant,
-        by_id: enqueue.text("by_id"),
-        heartbeat: lifecycle.text("heartbeat"),
-        complete: lifecycle.text("complete"),
-        fail: lifecycle.text("fail"),
-        retry: lifecycle.text("retry"),
-        cancel: lifecycle.text("cancel"),
-        release: lifecycle.text("release"),
-        snooze: lifecycle.text("snooze"),
-        expired: lifecycle.text("expired"),
-        reap_fail: lifecycle.text("reap_fail"),
-        reap_requeue: lifecycle.text("reap_requeue"),
-        prune: maintenance.text("prune"),
-        pause: maintenance.text("pause"),
-        resume: maintenance.text("resume"),
-        paused: maintenance.text("paused"),
-        running_index: schema.text("running_index"),
-    };
-    let returning = Returning {
-        replace: enqueue.text("replace"),
-        claim_any: claim.template("claim_any"),
-        claim_types: claim.template("claim_types"),
-        optimistic_claim_any: claim.template("optimistic_claim_any"),
-        optimistic_claim_types: claim.template("optimistic_claim_types"),
-    };
-    let bulk_statements = Bulk {
-        chunk: 2_000,
-        insert: bulk.template("insert"),
-        replace: bulk.template("replace"),
-        find_occupants: bulk.template("find_occupants"),
-        // No locks to avoid: the same read.
-        find_occupants_after_own_insert: bulk.template("find_occupants"),
-        by_ids: bulk.template("by_ids"),
-    };
-    let ending_statements = Endings {
-        complete: endings.template("complete"),
-        fail: endings.template("fail"),
-        retry: endings.template("retry"),
-    };
-    let lock_free = LockFree {
-        window_claim: limits.text("window_claim"),
-        optimistic_window_claim: limits.text("optimistic_window_claim"),
-    };
-    let limit_statements = Limits::read(&mut limits);
-    let admin_statements = Admin::read(&mut admin);
+    let mut files = Files::parse(&FILES, SHARED);
     Sql {
-        statements,
-        returning,
-        bulk: bulk_statements,
-        endings: ending_statements,
-        admin: admin_statements,
-        limits: limit_statements,
-        lock_free,
-        guard: schema.text("guard"),
-        problems: [
-            enqueue,
-            claim,
-            lifecycle,
-            endings,
-            bulk,
-            limits,
-            admin,
-            maintenance,
-            schema,
-        ]
-        .into_iter()
-        .flat_map(File::finish)
-        .collect(),
+        // Writers are serialized: the row a conflict met is committed and visible to the
+        // plain read (`find_occupant`).
+        statements: Statements::read(&mut files),
+        returning: Returning::read(&mut files),
+        bulk: Bulk::read(&mut files, 2_000),
+        endings: Endings::read(&mut files),
+        admin: Admin::read(&mut files),
+        limits: Limits::read(&mut files),
+        lock_free: LockFree {
+            window_claim: files.text("limits", "window_claim"),
+            optimistic_window_claim: files.text("limits", "optimistic_window_claim"),
+        },
+        guard: files.text("schema", "guard"),
+        problems: files.finish(),
     }
 }
 
