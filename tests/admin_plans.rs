@@ -16,17 +16,29 @@ use sea_orm::{ConnectionTrait, Statement, TransactionTrait};
 
 server_matrix!(lists_by_status_and_type_read_an_index);
 
-/// The pinned text of `name` in a dialect's admin snapshot.
+/// The pinned text of statement `name` as the database sees it: from the snapshots of a
+/// dialect's SQL files (`dedup/src/dialect/snapshots`: `-- name: <name>` blocks, the
+/// admin list's shapes as `-- <shape>`), the final `;` dropped.
 fn pinned(dialect: Dialect, name: &str) -> String {
-    let path = format!(
-        "{}/dedup/src/dialect/snapshots/task_dedup__dialect__tests__{}_admin_statements_are_pinned.snap",
-        env!("CARGO_MANIFEST_DIR"),
-        dialect.name()
-    );
-    let text = std::fs::read_to_string(&path).expect("admin snapshot");
-    let mut lines = text.lines().skip_while(|line| *line != format!("{name}:"));
-    lines.next().expect("the statement's name");
-    lines.next().expect("the statement").to_owned()
+    let dir = format!("{}/dedup/src/dialect/snapshots", env!("CARGO_MANIFEST_DIR"));
+    let files = ["admin", "admin_lists", "limits", "claim"].map(|family| {
+        format!(
+            "{dir}/task_dedup__dialect__tests__{}_{family}.snap",
+            dialect.name()
+        )
+    });
+    let shared = format!("{dir}/task_dedup__dialect__tests__shared.snap");
+    for path in files.iter().chain([&shared]) {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        for header in [format!("-- name: {name}\n"), format!("-- {name}\n")] {
+            if let Some(at) = text.find(&header) {
+                let sql = &text[at + header.len()..];
+                let end = sql.find(";\n").unwrap_or(sql.len());
+                return sql[..end].to_owned();
+            }
+        }
+    }
+    panic!("no pinned statement {name} for {}", dialect.name())
 }
 
 /// Ten task types; of every 100 tasks 90 succeeded, 5 failed, 5 queued; one a second,

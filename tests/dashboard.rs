@@ -1165,16 +1165,34 @@ const MILLION_TASKS: &str = "INSERT INTO task_run (id, user_id, task_type, resou
     CASE WHEN n % 100 < 95 THEN now() - n * interval '1 second' + interval '200 ms' END \
     FROM generate_series(1, 1000000) AS n";
 
+/// The pinned text of statement `name` as the database sees it: from the snapshots of a
+/// dialect's SQL files (`dedup/src/dialect/snapshots`: `-- name: <name>` blocks, the
+/// admin list's shapes as `-- <shape>`), the final `;` dropped.
+fn pinned(dialect: common::Dialect, name: &str) -> String {
+    let dir = format!("{}/dedup/src/dialect/snapshots", env!("CARGO_MANIFEST_DIR"));
+    let files = ["admin", "admin_lists", "limits", "claim"].map(|family| {
+        format!(
+            "{dir}/task_dedup__dialect__tests__{}_{family}.snap",
+            dialect.name()
+        )
+    });
+    let shared = format!("{dir}/task_dedup__dialect__tests__shared.snap");
+    for path in files.iter().chain([&shared]) {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        for header in [format!("-- name: {name}\n"), format!("-- {name}\n")] {
+            if let Some(at) = text.find(&header) {
+                let sql = &text[at + header.len()..];
+                let end = sql.find(";\n").unwrap_or(sql.len());
+                return sql[..end].to_owned();
+            }
+        }
+    }
+    panic!("no pinned statement {name} for {}", dialect.name())
+}
+
 /// The text of the PostgreSQL admin statement `name`, as its snapshot pins it.
 fn pinned_admin(name: &str) -> String {
-    let path = format!(
-        "{}/dedup/src/dialect/snapshots/task_dedup__dialect__tests__postgres_admin_statements_are_pinned.snap",
-        env!("CARGO_MANIFEST_DIR"),
-    );
-    let text = std::fs::read_to_string(path).expect("admin snapshot");
-    let mut lines = text.lines().skip_while(|line| *line != format!("{name}:"));
-    lines.next().expect("the statement's name");
-    lines.next().expect("the statement").to_owned()
+    pinned(common::Dialect::Postgres, name)
 }
 
 /// Server-side times of the dashboard's pages on PostgreSQL with 1,000,000 tasks (each
