@@ -22,6 +22,7 @@ use crate::error::{QueueError, loco};
 use crate::jobs;
 use crate::keys::Dedup;
 use crate::registry::{Dispatch, Registry};
+use crate::start;
 
 type Configure = dyn Fn(WorkerBuilder) -> WorkerBuilder + Send + Sync;
 
@@ -145,17 +146,33 @@ impl TaskDedupQueue {
 
     /// `ctx` with this queue as its queue provider. Call it in `Hooks::after_context`.
     ///
-    /// Loco refuses to boot in `BackgroundQueue` mode without a `queue:` section, and
-    /// opens a queue of its own for one; so the config leaves `queue:` out and says
-    /// `workers.mode: BackgroundAsync` (what `loco new --bg async` writes), and
-    /// `install` turns that into `BackgroundQueue` with this queue: `perform_later`
-    /// enqueues here. `ForegroundBlocking` (the generated test config) is kept: jobs run
-    /// inline in the request, as the application's tests expect, and
-    /// [`enqueue`](Self::enqueue) and Loco's `run` still use this queue.
+    /// The config keeps `workers.mode: BackgroundAsync` (what `loco new --bg async`
+    /// writes) and has no `queue:` section: Loco refuses `BackgroundQueue` without one,
+    /// and would open a queue of its own for one. `install` turns the mode into
+    /// `BackgroundQueue` with this queue, so `perform_later` enqueues here and
+    /// `cargo loco start --worker` / `--server-and-worker` run its worker.
+    /// `ForegroundBlocking` (the generated test config) is kept: jobs run inline in the
+    /// request, as the application's tests expect, and [`enqueue`](Self::enqueue) and
+    /// Loco's `run` still use this queue.
+    ///
+    /// Under `cargo loco start`, Loco 1.2 builds the context twice, the second from the
+    /// first one's config, and refuses the second build if that config says
+    /// `BackgroundQueue` without a `queue:` section. So the first context of a `start`
+    /// process keeps the configured mode (it serves as nothing but the second one's
+    /// config) and the second, which the server and the workers run on, gets
+    /// `BackgroundQueue`. `install` recognises `start` from the process's arguments as
+    /// Loco's command line has them (`[-e ENV] start|s ...`).
     #[must_use]
     pub fn install(&self, mut ctx: AppContext) -> AppContext {
         if ctx.config.workers.mode != WorkerMode::ForegroundBlocking {
-            ctx.config.workers.mode = WorkerMode::BackgroundQueue;
+            if start::first_build_of_start() {
+                tracing::debug!(
+                    "task-dedup-loco: the first of Loco's two context builds under `start`; \
+                     the mode is switched to BackgroundQueue in the second"
+                );
+            } else {
+                ctx.config.workers.mode = WorkerMode::BackgroundQueue;
+            }
         }
         ctx.queue_provider = Some(Arc::new(Queue::from_provider(Arc::new(self.clone()))));
         ctx
