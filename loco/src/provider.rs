@@ -1,6 +1,6 @@
 //! [`TaskDedupQueue`]: Loco's `QueueProvider` over `task_run` and task-dedup's Worker.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -8,7 +8,7 @@ use chrono::Utc;
 use loco_rs::app::AppContext;
 use loco_rs::bgworker::{BackgroundWorker, Job, JobHandler, JobStatus, Queue, QueueProvider};
 use loco_rs::config::WorkerMode;
-use sea_orm::{ConnectionTrait, DatabaseConnection, TransactionTrait};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, TransactionTrait};
 use serde::Serialize;
 use serde_json::Value;
 use task_dedup::{
@@ -57,6 +57,9 @@ pub struct TaskDedupQueue {
     configure: Arc<Configure>,
     retry_budget: Option<Duration>,
     shutdown: CancellationToken,
+    /// PostgreSQL: the application's database URL, for the worker's wake-up listener
+    /// (set by [`install`](Self::install)).
+    listen_url: Arc<OnceLock<String>>,
 }
 
 impl std::fmt::Debug for TaskDedupQueue {
@@ -127,6 +130,7 @@ impl TaskDedupQueueBuilder {
             configure: self.configure,
             retry_budget: self.retry_budget,
             shutdown: CancellationToken::new(),
+            listen_url: Arc::new(OnceLock::new()),
         }
     }
 }
@@ -162,8 +166,22 @@ impl TaskDedupQueue {
     /// config) and the second, which the server and the workers run on, gets
     /// `BackgroundQueue`. `install` recognises `start` from the process's arguments as
     /// Loco's command line has them (`[-e ENV] start|s ...`).
+    ///
+    /// On PostgreSQL the worker's wake-up listener connects to the application's
+    /// `database.uri` on a connection of its own, rather than holding one of the pool
+    /// for its life: Loco's generated development config has a pool of a single
+    /// connection, which a listener in it would keep from the requests and the claims.
+    /// A queue on another pool than `ctx.db`, or a database reached through a
+    /// transaction pooler, sets its own with `.worker(|w| w.listen_url(..))`.
     #[must_use]
     pub fn install(&self, mut ctx: AppContext) -> AppContext {
+        if self.db.get_database_backend() == DbBackend::Postgres
+            && let Some(uri) = database_uri(&ctx.config)
+            && (uri.starts_with("postgres://") || uri.starts_with("postgresql://"))
+        {
+            // A second install of the same queue keeps the first URL.
+            let _ = self.listen_url.set(uri);
+        }
         if ctx.config.workers.mode != WorkerMode::ForegroundBlocking {
             if start::first_build_of_start() {
                 tracing::debug!(
@@ -289,6 +307,14 @@ impl TaskDedupQueue {
     }
 }
 
+/// The config's `database.uri`. This crate builds loco-rs without its `with-db`
+/// feature (the application's loco-rs has it), so the field is read from the config's
+/// serialized form.
+fn database_uri(config: &loco_rs::config::Config) -> Option<String> {
+    let config = serde_json::to_value(config).ok()?;
+    Some(config.get("database")?.get("uri")?.as_str()?.to_owned())
+}
+
 fn statuses(status: Option<&Vec<JobStatus>>) -> Option<Vec<TaskStatus>> {
     status.map(|s| s.iter().map(jobs::task_status).collect())
 }
@@ -352,9 +378,13 @@ impl QueueProvider for TaskDedupQueue {
             return Err(loco(QueueError::NothingToRun { tags }));
         }
         tracing::info!(?classes, "task-dedup worker starting for Loco");
-        let builder = Worker::builder(self.db.clone())
+        let mut builder = Worker::builder(self.db.clone())
             .task_types(classes)
             .handler(Dispatch(self.registry.clone()));
+        if let Some(url) = self.listen_url.get() {
+            // Before the application's settings, which may set another.
+            builder = builder.listen_url(url.clone());
+        }
         let worker = (self.configure)(builder).build().map_err(loco)?;
         let report = worker.run(self.shutdown.clone()).await.map_err(loco)?;
         tracing::info!(?report, "task-dedup worker stopped");
