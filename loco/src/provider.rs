@@ -244,33 +244,36 @@ impl TaskDedupQueue {
         })
     }
 
-    /// Every task of the known classes that `statuses` (all when `None`) and `before`
-    /// select, page by page.
-    async fn tasks(
+    /// Loco's jobs among the tasks that `statuses` (all when `None`) and `before`
+    /// select, page by page: every task whose payload carries Loco's envelope, and
+    /// every task of a class this process knows. A `cargo loco jobs` process registers
+    /// no worker, so the envelope is what finds the jobs of every class there.
+    async fn jobs(
         &self,
         statuses: Option<&[TaskStatus]>,
         before: Option<chrono::DateTime<Utc>>,
     ) -> Result<Vec<task_dedup::task_run::Model>, QueueError> {
+        let known = self.registry.classes();
+        let mut filter = TaskFilter::new();
+        if let Some(statuses) = statuses {
+            filter = filter.statuses(statuses.iter().copied());
+        }
+        if let Some(before) = before {
+            filter = filter.created_before(before);
+        }
+        let mut query = ListTasks::new(filter).limit(MAX_ADMIN_BATCH);
         let mut tasks = Vec::new();
-        for class in self.registry.classes() {
-            let mut filter = TaskFilter::new().task_type(class);
-            if let Some(statuses) = statuses {
-                filter = filter.statuses(statuses.iter().copied());
-            }
-            if let Some(before) = before {
-                filter = filter.created_before(before);
-            }
-            let mut query = ListTasks::new(filter).limit(MAX_ADMIN_BATCH);
-            loop {
-                let page = self.db.list_tasks(&query).await?;
-                tasks.extend(page.tasks);
-                match page.next {
-                    Some(next) => query = query.after(Some(next)),
-                    None => break,
-                }
+        loop {
+            let page = self.db.list_tasks(&query).await?;
+            tasks.extend(page.tasks.into_iter().filter(|task| {
+                jobs::args(task.payload.as_ref()).is_some()
+                    || known.binary_search(&task.task_type).is_ok()
+            }));
+            match page.next {
+                Some(next) => query = query.after(Some(next)),
+                None => return Ok(tasks),
             }
         }
-        Ok(tasks)
     }
 
     /// Removes the tasks that `statuses` and `before` select: an active one is
@@ -281,7 +284,7 @@ impl TaskDedupQueue {
         statuses: Option<&[TaskStatus]>,
         before: Option<chrono::DateTime<Utc>>,
     ) -> Result<(), QueueError> {
-        for task in self.tasks(statuses, before).await? {
+        for task in self.jobs(statuses, before).await? {
             if task.status.is_active() {
                 match self
                     .db
@@ -420,7 +423,7 @@ impl QueueProvider for TaskDedupQueue {
     ) -> loco_rs::Result<Vec<Job>> {
         let statuses = statuses(status);
         let tasks = self
-            .tasks(statuses.as_deref(), age_days.map(days_ago))
+            .jobs(statuses.as_deref(), age_days.map(days_ago))
             .await
             .map_err(loco)?;
         Ok(tasks.into_iter().map(jobs::job).collect())
@@ -475,22 +478,21 @@ impl QueueProvider for TaskDedupQueue {
             return Ok(1);
         }
         let mut retried = 0;
-        for class in self.registry.classes() {
-            let filter = TaskFilter::new()
-                .task_type(class)
-                .status(TaskStatus::Failed);
-            loop {
-                let outcome = self
-                    .db
-                    .retry_tasks(&filter, MAX_ADMIN_BATCH)
-                    .await
-                    .map_err(loco)?;
-                retried += outcome.applied;
-                // Those whose key another job holds stay failed: stop rather than
-                // select them again forever.
-                if outcome.applied == 0 {
-                    break;
-                }
+        let failed = self
+            .jobs(Some(&[TaskStatus::Failed]), None)
+            .await
+            .map_err(loco)?;
+        for task in failed {
+            match self.db.retry_task(task.id).await {
+                Ok(_) => retried += 1,
+                // Its key held by another job (which does the work), retried or deleted
+                // meanwhile: left as it is.
+                Err(
+                    task_dedup::DedupError::KeyHeld { .. }
+                    | task_dedup::DedupError::InvalidTransition { .. }
+                    | task_dedup::DedupError::NotFound { .. },
+                ) => {}
+                Err(err) => return Err(loco(err)),
             }
         }
         Ok(retried)
