@@ -380,6 +380,9 @@ impl QueueProvider for TaskDedupQueue {
         if classes.is_empty() {
             return Err(loco(QueueError::NothingToRun { tags }));
         }
+        // A missing `task_run` stops the worker here, saying to migrate, rather than
+        // failing every claim.
+        self.setup().await?;
         tracing::info!(?classes, "task-dedup worker starting for Loco");
         let mut builder = Worker::builder(self.db.clone())
             .task_types(classes)

@@ -38,6 +38,7 @@ matrix!(
     a_job_enqueued_in_a_rolled_back_transaction_never_exists,
     loco_admin_calls_answer_from_task_run,
     a_jobs_command_process_reaches_every_class,
+    a_missing_task_run_says_to_migrate,
     run_without_a_runnable_class_is_a_clear_error,
     foreground_blocking_is_kept_for_tests_that_run_jobs_inline,
     a_class_no_process_registered_waits_queued,
@@ -529,6 +530,36 @@ async fn a_jobs_command_process_reaches_every_class(db: &TestDb) {
         left[0].id, own,
         "the application's own task is not a Loco job"
     );
+}
+
+/// task-dedup's migrations did not run: `perform_later`, Loco's `setup` and the worker's
+/// start say which table is missing and to run `cargo loco db migrate`.
+async fn a_missing_task_run_says_to_migrate(db: &TestDb) {
+    let (ctx, _queue) = app(&db.db).await;
+    let scope = scope(db, "unmigrated");
+    let errors = [
+        ExportWorker::perform_later(&ctx, args(&scope))
+            .await
+            .unwrap_err(),
+        provider(&ctx).setup().await.unwrap_err(),
+        provider(&ctx).run(Vec::new()).await.unwrap_err(),
+    ];
+    for err in errors {
+        let loco_rs::Error::Any(inner) = &err else {
+            panic!("not the provider's error: {err:?}");
+        };
+        assert!(
+            matches!(
+                inner.downcast_ref::<QueueError>(),
+                Some(QueueError::MissingTable { table, .. }) if table == "task_run"
+            ),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("run `cargo loco db migrate`"),
+            "{err}"
+        );
+    }
 }
 
 /// A worker process started with tags no class carries would claim nothing forever:
