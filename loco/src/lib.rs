@@ -41,6 +41,7 @@ mod jobs;
 mod keys;
 mod provider;
 mod registry;
+mod start;
 
 pub use error::QueueError;
 pub use jobs::ENVELOPE;

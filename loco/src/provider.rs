@@ -1,6 +1,6 @@
 //! [`TaskDedupQueue`]: Loco's `QueueProvider` over `task_run` and task-dedup's Worker.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -8,7 +8,7 @@ use chrono::Utc;
 use loco_rs::app::AppContext;
 use loco_rs::bgworker::{BackgroundWorker, Job, JobHandler, JobStatus, Queue, QueueProvider};
 use loco_rs::config::WorkerMode;
-use sea_orm::{ConnectionTrait, DatabaseConnection, TransactionTrait};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, TransactionTrait};
 use serde::Serialize;
 use serde_json::Value;
 use task_dedup::{
@@ -22,6 +22,7 @@ use crate::error::{QueueError, loco};
 use crate::jobs;
 use crate::keys::Dedup;
 use crate::registry::{Dispatch, Registry};
+use crate::start;
 
 type Configure = dyn Fn(WorkerBuilder) -> WorkerBuilder + Send + Sync;
 
@@ -56,6 +57,9 @@ pub struct TaskDedupQueue {
     configure: Arc<Configure>,
     retry_budget: Option<Duration>,
     shutdown: CancellationToken,
+    /// PostgreSQL: the application's database URL, for the worker's wake-up listener
+    /// (set by [`install`](Self::install)).
+    listen_url: Arc<OnceLock<String>>,
 }
 
 impl std::fmt::Debug for TaskDedupQueue {
@@ -126,6 +130,7 @@ impl TaskDedupQueueBuilder {
             configure: self.configure,
             retry_budget: self.retry_budget,
             shutdown: CancellationToken::new(),
+            listen_url: Arc::new(OnceLock::new()),
         }
     }
 }
@@ -145,17 +150,47 @@ impl TaskDedupQueue {
 
     /// `ctx` with this queue as its queue provider. Call it in `Hooks::after_context`.
     ///
-    /// Loco refuses to boot in `BackgroundQueue` mode without a `queue:` section, and
-    /// opens a queue of its own for one; so the config leaves `queue:` out and says
-    /// `workers.mode: BackgroundAsync` (what `loco new --bg async` writes), and
-    /// `install` turns that into `BackgroundQueue` with this queue: `perform_later`
-    /// enqueues here. `ForegroundBlocking` (the generated test config) is kept: jobs run
-    /// inline in the request, as the application's tests expect, and
-    /// [`enqueue`](Self::enqueue) and Loco's `run` still use this queue.
+    /// The config keeps `workers.mode: BackgroundAsync` (what `loco new --bg async`
+    /// writes) and has no `queue:` section: Loco refuses `BackgroundQueue` without one,
+    /// and would open a queue of its own for one. `install` turns the mode into
+    /// `BackgroundQueue` with this queue, so `perform_later` enqueues here and
+    /// `cargo loco start --worker` / `--server-and-worker` run its worker.
+    /// `ForegroundBlocking` (the generated test config) is kept: jobs run inline in the
+    /// request, as the application's tests expect, and [`enqueue`](Self::enqueue) and
+    /// Loco's `run` still use this queue.
+    ///
+    /// Under `cargo loco start`, Loco 1.2 builds the context twice, the second from the
+    /// first one's config, and refuses the second build if that config says
+    /// `BackgroundQueue` without a `queue:` section. So the first context of a `start`
+    /// process keeps the configured mode (it serves as nothing but the second one's
+    /// config) and the second, which the server and the workers run on, gets
+    /// `BackgroundQueue`. `install` recognises `start` from the process's arguments as
+    /// Loco's command line has them (`[-e ENV] start|s ...`).
+    ///
+    /// On PostgreSQL the worker's wake-up listener connects to the application's
+    /// `database.uri` on a connection of its own, rather than holding one of the pool
+    /// for its life: Loco's generated development config has a pool of a single
+    /// connection, which a listener in it would keep from the requests and the claims.
+    /// A queue on another pool than `ctx.db`, or a database reached through a
+    /// transaction pooler, sets its own with `.worker(|w| w.listen_url(..))`.
     #[must_use]
     pub fn install(&self, mut ctx: AppContext) -> AppContext {
+        if self.db.get_database_backend() == DbBackend::Postgres
+            && let Some(uri) = database_uri(&ctx.config)
+            && (uri.starts_with("postgres://") || uri.starts_with("postgresql://"))
+        {
+            // A second install of the same queue keeps the first URL.
+            let _ = self.listen_url.set(uri);
+        }
         if ctx.config.workers.mode != WorkerMode::ForegroundBlocking {
-            ctx.config.workers.mode = WorkerMode::BackgroundQueue;
+            if start::first_build_of_start() {
+                tracing::debug!(
+                    "task-dedup-loco: the first of Loco's two context builds under `start`; \
+                     the mode is switched to BackgroundQueue in the second"
+                );
+            } else {
+                ctx.config.workers.mode = WorkerMode::BackgroundQueue;
+            }
         }
         ctx.queue_provider = Some(Arc::new(Queue::from_provider(Arc::new(self.clone()))));
         ctx
@@ -209,33 +244,36 @@ impl TaskDedupQueue {
         })
     }
 
-    /// Every task of the known classes that `statuses` (all when `None`) and `before`
-    /// select, page by page.
-    async fn tasks(
+    /// Loco's jobs among the tasks that `statuses` (all when `None`) and `before`
+    /// select, page by page: every task whose payload carries Loco's envelope, and
+    /// every task of a class this process knows. A `cargo loco jobs` process registers
+    /// no worker, so the envelope is what finds the jobs of every class there.
+    async fn jobs(
         &self,
         statuses: Option<&[TaskStatus]>,
         before: Option<chrono::DateTime<Utc>>,
     ) -> Result<Vec<task_dedup::task_run::Model>, QueueError> {
+        let known = self.registry.classes();
+        let mut filter = TaskFilter::new();
+        if let Some(statuses) = statuses {
+            filter = filter.statuses(statuses.iter().copied());
+        }
+        if let Some(before) = before {
+            filter = filter.created_before(before);
+        }
+        let mut query = ListTasks::new(filter).limit(MAX_ADMIN_BATCH);
         let mut tasks = Vec::new();
-        for class in self.registry.classes() {
-            let mut filter = TaskFilter::new().task_type(class);
-            if let Some(statuses) = statuses {
-                filter = filter.statuses(statuses.iter().copied());
-            }
-            if let Some(before) = before {
-                filter = filter.created_before(before);
-            }
-            let mut query = ListTasks::new(filter).limit(MAX_ADMIN_BATCH);
-            loop {
-                let page = self.db.list_tasks(&query).await?;
-                tasks.extend(page.tasks);
-                match page.next {
-                    Some(next) => query = query.after(Some(next)),
-                    None => break,
-                }
+        loop {
+            let page = self.db.list_tasks(&query).await?;
+            tasks.extend(page.tasks.into_iter().filter(|task| {
+                jobs::args(task.payload.as_ref()).is_some()
+                    || known.binary_search(&task.task_type).is_ok()
+            }));
+            match page.next {
+                Some(next) => query = query.after(Some(next)),
+                None => return Ok(tasks),
             }
         }
-        Ok(tasks)
     }
 
     /// Removes the tasks that `statuses` and `before` select: an active one is
@@ -246,7 +284,7 @@ impl TaskDedupQueue {
         statuses: Option<&[TaskStatus]>,
         before: Option<chrono::DateTime<Utc>>,
     ) -> Result<(), QueueError> {
-        for task in self.tasks(statuses, before).await? {
+        for task in self.jobs(statuses, before).await? {
             if task.status.is_active() {
                 match self
                     .db
@@ -270,6 +308,14 @@ impl TaskDedupQueue {
         }
         Ok(())
     }
+}
+
+/// The config's `database.uri`. This crate builds loco-rs without its `with-db`
+/// feature (the application's loco-rs has it), so the field is read from the config's
+/// serialized form.
+fn database_uri(config: &loco_rs::config::Config) -> Option<String> {
+    let config = serde_json::to_value(config).ok()?;
+    Some(config.get("database")?.get("uri")?.as_str()?.to_owned())
 }
 
 fn statuses(status: Option<&Vec<JobStatus>>) -> Option<Vec<TaskStatus>> {
@@ -334,10 +380,17 @@ impl QueueProvider for TaskDedupQueue {
         if classes.is_empty() {
             return Err(loco(QueueError::NothingToRun { tags }));
         }
+        // A missing `task_run` stops the worker here, saying to migrate, rather than
+        // failing every claim.
+        self.setup().await?;
         tracing::info!(?classes, "task-dedup worker starting for Loco");
-        let builder = Worker::builder(self.db.clone())
+        let mut builder = Worker::builder(self.db.clone())
             .task_types(classes)
             .handler(Dispatch(self.registry.clone()));
+        if let Some(url) = self.listen_url.get() {
+            // Before the application's settings, which may set another.
+            builder = builder.listen_url(url.clone());
+        }
         let worker = (self.configure)(builder).build().map_err(loco)?;
         let report = worker.run(self.shutdown.clone()).await.map_err(loco)?;
         tracing::info!(?report, "task-dedup worker stopped");
@@ -373,7 +426,7 @@ impl QueueProvider for TaskDedupQueue {
     ) -> loco_rs::Result<Vec<Job>> {
         let statuses = statuses(status);
         let tasks = self
-            .tasks(statuses.as_deref(), age_days.map(days_ago))
+            .jobs(statuses.as_deref(), age_days.map(days_ago))
             .await
             .map_err(loco)?;
         Ok(tasks.into_iter().map(jobs::job).collect())
@@ -428,22 +481,21 @@ impl QueueProvider for TaskDedupQueue {
             return Ok(1);
         }
         let mut retried = 0;
-        for class in self.registry.classes() {
-            let filter = TaskFilter::new()
-                .task_type(class)
-                .status(TaskStatus::Failed);
-            loop {
-                let outcome = self
-                    .db
-                    .retry_tasks(&filter, MAX_ADMIN_BATCH)
-                    .await
-                    .map_err(loco)?;
-                retried += outcome.applied;
-                // Those whose key another job holds stay failed: stop rather than
-                // select them again forever.
-                if outcome.applied == 0 {
-                    break;
-                }
+        let failed = self
+            .jobs(Some(&[TaskStatus::Failed]), None)
+            .await
+            .map_err(loco)?;
+        for task in failed {
+            match self.db.retry_task(task.id).await {
+                Ok(_) => retried += 1,
+                // Its key held by another job (which does the work), retried or deleted
+                // meanwhile: left as it is.
+                Err(
+                    task_dedup::DedupError::KeyHeld { .. }
+                    | task_dedup::DedupError::InvalidTransition { .. }
+                    | task_dedup::DedupError::NotFound { .. },
+                ) => {}
+                Err(err) => return Err(loco(err)),
             }
         }
         Ok(retried)

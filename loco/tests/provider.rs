@@ -37,6 +37,8 @@ matrix!(
     a_failing_job_is_retried_then_fails,
     a_job_enqueued_in_a_rolled_back_transaction_never_exists,
     loco_admin_calls_answer_from_task_run,
+    a_jobs_command_process_reaches_every_class,
+    a_missing_task_run_says_to_migrate,
     run_without_a_runnable_class_is_a_clear_error,
     foreground_blocking_is_kept_for_tests_that_run_jobs_inline,
     a_class_no_process_registered_waits_queued,
@@ -468,6 +470,96 @@ async fn loco_admin_calls_answer_from_task_run(db: &TestDb) {
     assert!(tasks(&db.db).await.is_empty());
     queue.ping().await.unwrap();
     queue.setup().await.unwrap();
+}
+
+/// `cargo loco jobs ...` runs in a process of its own that registers no worker (Loco
+/// calls `connect_workers` only to start): its queue knows no class, yet `dump`,
+/// `retry`, `tidy` and `purge` reach the jobs of every class, found by their envelope,
+/// and leave the application's own task-dedup tasks alone.
+async fn a_jobs_command_process_reaches_every_class(db: &TestDb) {
+    db.migrate().await;
+    let (ctx, _direct) = app(&db.db).await;
+    let scope = scope(db, "jobs-process");
+    let mut failing = args(&scope);
+    failing.fail = true;
+    ExportWorker::perform_later(&ctx, failing).await.unwrap();
+    MailWorker::perform_later(&ctx, args(&scope)).await.unwrap();
+    drain(&ctx, &db.db).await;
+    // A task of the application's own, enqueued through task-dedup, beside Loco's jobs.
+    let own = task_dedup::TaskKey::new("app", "reindex", "post/1").unwrap();
+    let own = task_dedup::TaskDedup::find_or_enqueue(&db.db, task_dedup::NewTask::new(own))
+        .await
+        .unwrap()
+        .task()
+        .id;
+
+    // The `jobs` process: the builder as the application's, nothing registered.
+    let jobs = TaskDedupQueue::builder(db.db.clone()).build();
+    let all = QueueProvider::get_jobs(&jobs, None, None).await.unwrap();
+    let mut names: Vec<_> = all
+        .iter()
+        .map(|job| (job.name.as_str(), &job.status))
+        .collect();
+    names.sort_by_key(|(name, _)| *name);
+    assert_eq!(
+        names,
+        [
+            ("ExportWorker", &JobStatus::Failed),
+            ("MailWorker", &JobStatus::Completed)
+        ]
+    );
+    assert_eq!(
+        QueueProvider::retry_failed(&jobs, None).await.unwrap(),
+        1,
+        "`jobs retry` retried the unregistered class's failed job"
+    );
+    QueueProvider::clear_by_status(&jobs, vec![JobStatus::Completed, JobStatus::Cancelled])
+        .await
+        .unwrap();
+    let left: Vec<_> = tasks(&db.db)
+        .await
+        .into_iter()
+        .map(|t| t.task_type)
+        .collect();
+    assert_eq!(left.len(), 2, "{left:?}");
+    assert!(left.contains(&"ExportWorker".to_owned()) && left.contains(&"reindex".to_owned()));
+    QueueProvider::clear(&jobs).await.unwrap();
+    let left = tasks(&db.db).await;
+    assert_eq!(left.len(), 1);
+    assert_eq!(
+        left[0].id, own,
+        "the application's own task is not a Loco job"
+    );
+}
+
+/// task-dedup's migrations did not run: `perform_later`, Loco's `setup` and the worker's
+/// start say which table is missing and to run `cargo loco db migrate`.
+async fn a_missing_task_run_says_to_migrate(db: &TestDb) {
+    let (ctx, _queue) = app(&db.db).await;
+    let scope = scope(db, "unmigrated");
+    let errors = [
+        ExportWorker::perform_later(&ctx, args(&scope))
+            .await
+            .unwrap_err(),
+        provider(&ctx).setup().await.unwrap_err(),
+        provider(&ctx).run(Vec::new()).await.unwrap_err(),
+    ];
+    for err in errors {
+        let loco_rs::Error::Any(inner) = &err else {
+            panic!("not the provider's error: {err:?}");
+        };
+        assert!(
+            matches!(
+                inner.downcast_ref::<QueueError>(),
+                Some(QueueError::MissingTable { table, .. }) if table == "task_run"
+            ),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("run `cargo loco db migrate`"),
+            "{err}"
+        );
+    }
 }
 
 /// A worker process started with tags no class carries would claim nothing forever:

@@ -11,6 +11,11 @@ pub struct Worker {
 pub struct WorkerArgs {
     pub user_id: i32,
     pub month: String,
+    /// How long rendering takes, simulated: milliseconds, none by default. Not part of
+    /// the key (user and month are): a repeated request while the report renders gets
+    /// the job in flight.
+    #[serde(default)]
+    pub render_ms: u64,
 }
 
 #[async_trait]
@@ -49,6 +54,7 @@ impl BackgroundWorker<WorkerArgs> for Worker {
     /// # Returns
     /// * `Result<()>` - Ok if the job completed successfully, Err otherwise
     async fn perform(&self, args: WorkerArgs) -> Result<()> {
+        tokio::time::sleep(std::time::Duration::from_millis(args.render_ms)).await;
         tracing::info!(user_id = args.user_id, month = %args.month, "report rendered");
         Ok(())
     }

@@ -21,6 +21,7 @@ fn args(user_id: i32) -> WorkerArgs {
     WorkerArgs {
         user_id,
         month: "2026-11".into(),
+        render_ms: 0,
     }
 }
 

@@ -15,7 +15,8 @@ async fn test_run_report_worker() {
         &boot.app_context,
         WorkerArgs {
             user_id: 1,
-            month: "2026-11".into()
+            month: "2026-11".into(),
+            render_ms: 0
         }
     )
     .await
