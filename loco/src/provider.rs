@@ -13,7 +13,7 @@ use serde::Serialize;
 use serde_json::Value;
 use task_dedup::{
     Enqueued, ListTasks, MAX_ADMIN_BATCH, NewTask, RetryPolicy, TaskAdmin, TaskDedup, TaskFilter,
-    TaskStatus, TaskWorker, Worker, WorkerBuilder,
+    TaskLifecycle, TaskStatus, Worker, WorkerBuilder,
 };
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
