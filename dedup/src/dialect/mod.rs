@@ -650,6 +650,43 @@ pub(crate) mod tests {
         insta::assert_snapshot!("mysql_admin_lists", lists(Dialect::MySql));
     }
 
+    /// Every SQL file of a dialect's folder is one its table reads, and `shared.sql` is
+    /// the only other: a file nothing includes would never reach the database.
+    #[test]
+    fn every_sql_file_is_read() {
+        let dir = format!("{}/src/dialect", env!("CARGO_MANIFEST_DIR"));
+        let mut on_disk = Vec::new();
+        for folder in ["", "postgres", "sqlite", "mysql"] {
+            let path = format!("{dir}/{folder}");
+            for entry in std::fs::read_dir(&path).unwrap() {
+                let name = entry.unwrap().file_name().into_string().unwrap();
+                if name.ends_with(".sql") {
+                    on_disk.push(if folder.is_empty() {
+                        name
+                    } else {
+                        format!("{folder}/{name}")
+                    });
+                }
+            }
+        }
+        on_disk.sort();
+        let mut read: Vec<String> = vec![SHARED.0.to_owned()];
+        #[cfg(feature = "postgres")]
+        read.extend(postgres::FILES.iter().map(|(path, _)| (*path).to_owned()));
+        #[cfg(feature = "sqlite")]
+        read.extend(sqlite::FILES.iter().map(|(path, _)| (*path).to_owned()));
+        #[cfg(feature = "mysql")]
+        read.extend(mysql::FILES.iter().map(|(path, _)| (*path).to_owned()));
+        read.sort();
+        if cfg!(all(
+            feature = "postgres",
+            feature = "sqlite",
+            feature = "mysql"
+        )) {
+            assert_eq!(read, on_disk);
+        }
+    }
+
     /// The statements two or more dialects share, pinned like each dialect's.
     #[test]
     fn shared_statements_are_pinned() {
