@@ -3,14 +3,12 @@
 //! race), cancel and delete rules, bulk actions with a limit, bad input refused before
 //! SQL, and everything inside a transaction rolled back with it.
 
-mod common;
-
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::rows::{self, at};
-use common::{Dialect, TestDb};
+use harness::rows::{self, at};
+use harness::{Dialect, TestDb, matrix};
 use sea_orm::{DatabaseConnection, TransactionTrait};
 use task_dedup::{
     Cursor, DedupError, ListTasks, MAX_ADMIN_BATCH, MAX_COUNT_LIMIT, NewTask, Order, Retry,

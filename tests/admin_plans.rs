@@ -9,9 +9,7 @@
 //! Printed with `--nocapture` (PostgreSQL's with `EXPLAIN ANALYZE`, the time as run):
 //! BENCHMARKS.md shows them.
 
-mod common;
-
-use common::{Dialect, TestDb};
+use harness::{Dialect, TestDb, server_matrix};
 use sea_orm::{ConnectionTrait, Statement, TransactionTrait};
 
 server_matrix!(lists_by_status_and_type_read_an_index);

@@ -12,16 +12,14 @@
 //! overview, the filtered list and a task page are saved as
 //! `target/screenshots/overview.png`, `tasks.png` and `task.png` for review.
 
-mod common;
-
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{Dialect, TestDb, run};
 use fantoccini::{Client, ClientBuilder, Locator, elements::Element};
+use harness::{Dialect, TestDb, run};
 use sea_orm::DatabaseConnection;
 use serde_json::{Value, json};
 use task_dedup::{NewTask, Retry, TaskAdmin, TaskDedup, TaskKey, TaskStatus, TaskWorker, task_run};
@@ -229,7 +227,7 @@ async fn pause_and_resume_a_type_from_the_overview(db: &TestDb, browser: &Browse
     browser
         .find(r#"button[data-action="pause"][data-task-type="mail"]"#)
         .await;
-    assert_eq!(common::paused_types(&db.db).await, ["export"]);
+    assert_eq!(harness::paused_types(&db.db).await, ["export"]);
     assert!(
         db.db
             .claim(WORKER, &["export"], Duration::from_secs(60))
@@ -247,7 +245,7 @@ async fn pause_and_resume_a_type_from_the_overview(db: &TestDb, browser: &Browse
     browser
         .find(r#"button[data-action="pause"][data-task-type="export"]"#)
         .await;
-    assert!(common::paused_types(&db.db).await.is_empty());
+    assert!(harness::paused_types(&db.db).await.is_empty());
 }
 
 async fn a_script_payload_renders_inert(db: &TestDb, browser: &Browser) {
@@ -324,7 +322,7 @@ async fn a_script_payload_renders_inert(db: &TestDb, browser: &Browser) {
         .await;
     browser.flash_ok().await;
     browser.assert_not_pwned("the overview after pausing").await;
-    assert_eq!(common::paused_types(&db.db).await, [task_type]);
+    assert_eq!(harness::paused_types(&db.db).await, [task_type]);
 }
 
 async fn a_post_without_the_csrf_token_is_refused(db: &TestDb, browser: &Browser) {

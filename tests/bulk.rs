@@ -1,14 +1,11 @@
 //! `find_or_enqueue_many` on every dialect: overlapping batches behind a barrier, a
 //! 100,000-task batch, repeats inside a batch, policies, transactions, bad input.
 
-mod common;
-
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::rows;
-use common::{Dialect, TestDb};
+use harness::{Dialect, TestDb, matrix, rows};
 use sea_orm::{DatabaseConnection, TransactionTrait};
 use task_dedup::{
     DedupError, Enqueued, InvalidReason, NewTask, OnConflict, Scope, TaskDedup, TaskKey,
@@ -52,7 +49,7 @@ fn batch_of(caller: usize) -> Vec<String> {
 /// Keys held by more than one task, and the number of tasks holding a key.
 async fn holders(db: &DatabaseConnection) -> (i64, i64) {
     let occupies = task_dedup_entity::OCCUPIES_KEY_SQL;
-    let duplicates = common::count(
+    let duplicates = harness::count(
         db,
         format!(
             "SELECT COUNT(*) AS n FROM (SELECT user_id FROM task_run WHERE {occupies} \
@@ -60,7 +57,7 @@ async fn holders(db: &DatabaseConnection) -> (i64, i64) {
         ),
     )
     .await;
-    let held = common::count(
+    let held = harness::count(
         db,
         format!("SELECT COUNT(*) AS n FROM task_run WHERE {occupies}"),
     )

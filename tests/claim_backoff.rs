@@ -11,12 +11,10 @@
 //! next claim that goes first for the types without limits is 506 claims away at one in
 //! 512, and 1,018 or more at one in 1,024 or less often.
 
-mod common;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{Dialect, TestDb, run};
+use harness::{Dialect, TestDb, run};
 use task_dedup::{NewTask, TaskAdmin, TaskDedup, TaskKey, TaskWorker, TypeLimits};
 
 /// The most claims a task without limits waits behind a limited backlog: one claim in

@@ -6,11 +6,9 @@
 //! planned once"). The other dialects have no plan cache to keep: MariaDB plans a
 //! prepared statement at every execution, SQLite once when it prepares it.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{Dialect, TestDb, run};
+use harness::{Dialect, TestDb, run};
 use sea_orm::{ConnectionTrait, Statement};
 use task_dedup::{NewTask, TaskAdmin, TaskDedup, TaskKey, TaskWorker, TypeLimits};
 

@@ -4,15 +4,13 @@
 //! read-only mode), escaping of hostile strings in text, attributes and URLs, and a
 //! failing database as the one 500.
 
-mod common;
-
 use std::collections::HashSet;
 
 use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderMap, Request, StatusCode, header};
-use common::TestDb;
-use common::rows::at;
+use harness::rows::at;
+use harness::{TestDb, matrix};
 use scraper::{ElementRef, Html, Selector};
 use sea_orm::{ActiveValue::Set, ConnectionTrait, EntityTrait};
 use task_dedup::{NewTask, TaskAdmin, TaskDedup, TaskKey, TaskStatus, TaskWorker, task_run};
@@ -1186,8 +1184,8 @@ fn pinned_admin(name: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "seeds 1,000,000 rows; prints timings for BENCHMARKS.md"]
 async fn dashboard_pages_on_a_million_tasks() {
-    common::run(
-        common::Dialect::Postgres,
+    harness::run(
+        harness::Dialect::Postgres,
         "dashboard_pages_on_a_million_tasks",
         async |db: &TestDb| {
             db.migrate().await;

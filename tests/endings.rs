@@ -5,13 +5,11 @@
 //! batch lost with its connection (retried within the budget, else reaped; a server
 //! only: an embedded SQLite has no sessions to kill).
 
-mod common;
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Dialect, TestDb, rows};
+use harness::{Dialect, TestDb, matrix, rows, server_matrix};
 use sea_orm::{ConnectionTrait, DatabaseConnection, TransactionTrait};
 use task_dedup::{
     HandlerError, NewTask, RetryPolicy, Scope, TaskDedup, TaskKey, TaskStatus, TaskWorker, Worker,
@@ -371,7 +369,7 @@ async fn blocked_batch(admin: &DatabaseConnection, db: &TestDb) -> i64 {
              WHERE DB = ? AND INFO LIKE 'UPDATE task_run SET status = ''succeeded''%'"
         }
     };
-    common::wait_for_session(admin, db, sql, "the batch waiting for the lock").await
+    harness::wait_for_session(admin, db, sql, "the batch waiting for the lock").await
 }
 
 /// A batch's connection killed while its UPDATE waits for a row lock: with the retry

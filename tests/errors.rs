@@ -3,11 +3,9 @@
 //! the `DbErr` variant SeaORM returns for the same failure (`Query` for statements that
 //! return rows, `Exec` for the others, `Conn` when no connection can be had).
 
-mod common;
-
 use std::time::Duration;
 
-use common::{Dialect, TestDb};
+use harness::{Dialect, TestDb, matrix};
 use sea_orm::{ConnectionTrait, DbErr, Statement, TransactionTrait};
 use task_dedup::{DedupError, NewTask, TaskDedup, TaskKey};
 
@@ -129,7 +127,7 @@ async fn failed_acquire_gives_seaorms_variant(db: &TestDb) {
         Dialect::Postgres | Dialect::MySql => {
             let name = db.url.rsplit('/').next().expect("path");
             let name = name.split('?').next().expect("name");
-            let admin = task_dedup::connect(&common::with_database(&db.url, admin_db(db.dialect)))
+            let admin = task_dedup::connect(&harness::with_database(&db.url, admin_db(db.dialect)))
                 .await
                 .expect("admin");
             let force = if db.dialect == Dialect::Postgres {

@@ -4,8 +4,6 @@
 //! `#[ignore]`d: `.ci/run` runs them alone, at the end, so that no other test sees the
 //! restart (`cargo test --test faults -- --ignored --test-threads=1`).
 
-mod common;
-
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -13,8 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::rows;
-use common::{Dialect, TestDb, run};
+use harness::{Dialect, TestDb, matrix, rows, run, server_matrix};
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement, TransactionTrait};
 use task_dedup::{DedupError, NewTask, RetryPolicy, TaskDedup, TaskKey, TaskStatus, TaskWorker};
 use uuid::Uuid;
@@ -92,7 +89,7 @@ async fn duplicate_holders(db: &DatabaseConnection) -> i64 {
          GROUP BY user_id, task_type, resource_key, dedup_window_end HAVING COUNT(*) > 1) d",
         task_dedup_entity::OCCUPIES_KEY_SQL
     );
-    common::count(db, sql).await
+    harness::count(db, sql).await
 }
 
 /// What the storm's callers saw.
@@ -848,7 +845,7 @@ async fn sqlite_process_killed_mid_write_leaves_a_sound_database() {
 /// exports) while 16 callers enqueue. Every call gets an answer, or a `ConnectionLost`
 /// within its budget; no key is held twice; every task reported created is stored.
 async fn restart_under_load(db: &TestDb) {
-    let Some(restart) = common::restart_command(db.dialect) else {
+    let Some(restart) = harness::restart_command(db.dialect) else {
         return;
     };
     db.migrate().await;
@@ -860,7 +857,7 @@ async fn restart_under_load(db: &TestDb) {
         .acquire_timeout(acquire_timeout)
         .sqlx_logging(false);
     let pool = task_dedup::connect_with(options).await.expect("pool");
-    let started_at = common::server_started_at(&pool, db.dialect).await;
+    let started_at = harness::server_started_at(&pool, db.dialect).await;
 
     let stop = Arc::new(AtomicBool::new(false));
     let mut callers = Vec::new();
@@ -890,7 +887,7 @@ async fn restart_under_load(db: &TestDb) {
         }));
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
-    common::restart_server(restart).await;
+    harness::restart_server(restart).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     stop.store(true, Ordering::Relaxed);
 
@@ -904,7 +901,7 @@ async fn restart_under_load(db: &TestDb) {
         slowest = slowest.max(s);
     }
     assert_ne!(
-        common::server_started_at(&pool, db.dialect).await,
+        harness::server_started_at(&pool, db.dialect).await,
         started_at,
         "the server really restarted"
     );

@@ -1,13 +1,10 @@
 //! `find_or_enqueue` under races, churn and transactions, on every dialect.
 
-mod common;
-
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::rows;
-use common::{Dialect, TestDb};
+use harness::{Dialect, TestDb, matrix, rows};
 use sea_orm::{
     ConnectionTrait, DatabaseConnection, DatabaseTransaction, EntityTrait, PaginatorTrait,
     TransactionTrait,

@@ -5,11 +5,9 @@
 //! A file of its own: the check is cached per process (for transactions, per dialect), so
 //! a transaction's first check here must not follow another test's.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::{TestDb, rows};
+use harness::{TestDb, matrix, rows};
 use sea_orm::{ActiveModelTrait, ConnectionTrait, TransactionTrait};
 use task_dedup::{DedupError, NewTask, TaskDedup, TaskKey, task_run};
 use tokio::sync::Barrier;

@@ -3,13 +3,11 @@
 //! the policy), and a cancel from outside that reaches the running handler at once, not
 //! at its next heartbeat; each with its connections killed in the middle.
 
-mod common;
-
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Dialect, TestDb};
+use harness::{Dialect, TestDb, matrix, server_matrix};
 use sea_orm::{DatabaseConnection, EntityTrait};
 use serde::{Deserialize, Serialize};
 use task_dedup::{

@@ -3,8 +3,6 @@
 //! repeated) and releases the
 //! key, a failing projection write rolls the enqueue back.
 
-mod common;
-
 // The example itself, not a copy: its router, migrator and projection entity.
 #[path = "../examples/http_api.rs"]
 #[allow(dead_code)]
@@ -13,7 +11,7 @@ mod http_api;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Pool, TestDb};
+use harness::{Pool, TestDb, matrix};
 use http_api::workflow_run;
 use reqwest::{Client, RequestBuilder, StatusCode, Url};
 use sea_orm::{EntityTrait, PaginatorTrait};

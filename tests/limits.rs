@@ -4,15 +4,13 @@
 //! claimers in one process and in two; lowered while tasks run; with a worker gone and
 //! a connection killed in the middle.
 
-mod common;
-
 use std::collections::{HashMap, HashSet};
 use std::process::Child;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use common::{Dialect, TestDb};
+use harness::{Dialect, TestDb, matrix, server_matrix};
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, QueryFilter, TransactionTrait,
 };
@@ -69,7 +67,7 @@ async fn claimed(db: &DatabaseConnection, types: &[&str], max: usize) -> Vec<tas
 }
 
 async fn running(db: &DatabaseConnection, task_type: &str) -> i64 {
-    common::count(
+    harness::count(
         db,
         format!("SELECT count(*) AS n FROM task_run WHERE task_type = '{task_type}' AND status = 'running'"),
     )
@@ -159,7 +157,7 @@ async fn a_limit_set_while_tasks_run_counts_them(db: &TestDb) {
         Dialect::Sqlite => 0,
         _ => 2,
     };
-    let slots = common::count(
+    let slots = harness::count(
         &db.db,
         "SELECT count(DISTINCT run_slot) AS n FROM task_run \
          WHERE status = 'running' AND run_slot IN (0, 1)",
@@ -269,7 +267,7 @@ async fn the_rate_limit_counts_starts_across_claims(db: &TestDb) {
     let listed = db.db.limits().await.expect("limits");
     assert_eq!(listed[0].starts_in_window, 5);
     assert_eq!(listed[0].running, 0);
-    let queued: Vec<_> = common::rows::all(&db.db)
+    let queued: Vec<_> = harness::rows::all(&db.db)
         .await
         .into_iter()
         .filter(|t| t.status == TaskStatus::Queued)
@@ -600,7 +598,7 @@ async fn killed_while_waiting_for(db: &TestDb, task_type: &str, then: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a child process of workers_in_two_processes_stay_within_the_limits"]
 async fn child_limited_worker_runs_until_killed() {
-    common::children::run_worker(
+    harness::children::run_worker(
         ("TASK_DEDUP_LIMITS_CHILD_URL", "TASK_DEDUP_LIMITS_CHILD_ID"),
         4,
         (Duration::from_millis(5), Duration::from_millis(20)),
@@ -611,7 +609,7 @@ async fn child_limited_worker_runs_until_killed() {
 }
 
 fn child(url: &str, id: &str) -> Child {
-    common::children::spawn_ready(
+    harness::children::spawn_ready(
         "child_limited_worker_runs_until_killed",
         &[
             ("TASK_DEDUP_LIMITS_CHILD_URL", url),
@@ -660,15 +658,15 @@ async fn workers_in_two_processes_stay_within_the_limits(db: &TestDb) {
         enqueue(&db.db, &format!("u{}", i % 4), "mail", &i.to_string()).await;
     }
     let _children =
-        common::children::Children(vec![child(&db.url, "child-1"), child(&db.url, "child-2")]);
+        harness::children::Children(vec![child(&db.url, "child-1"), child(&db.url, "child-2")]);
 
     let monitor = "SELECT count(*) AS n FROM task_run WHERE task_type = 'export' \
                    AND status = 'running'";
     let mut most_seen = 0;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        most_seen = most_seen.max(common::count(&db.db, monitor).await);
-        let rows = common::rows::all(&db.db).await;
+        most_seen = most_seen.max(harness::count(&db.db, monitor).await);
+        let rows = harness::rows::all(&db.db).await;
         let done = |task_type: &str| {
             rows.iter()
                 .filter(|t| t.task_type == task_type && t.status == TaskStatus::Succeeded)
@@ -685,7 +683,7 @@ async fn workers_in_two_processes_stay_within_the_limits(db: &TestDb) {
     }
     // A moment for a seventh mail, if the rate let one through.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let rows = common::rows::all(&db.db).await;
+    let rows = harness::rows::all(&db.db).await;
     assert!(
         most_seen <= 3,
         "the monitor saw {most_seen} exports running"
@@ -719,7 +717,7 @@ async fn workers_in_two_processes_stay_within_the_limits(db: &TestDb) {
 /// Every user's tasks running now, all types together.
 async fn running_per_user(db: &DatabaseConnection) -> HashMap<String, usize> {
     let mut per_user: HashMap<String, usize> = HashMap::new();
-    for task in common::rows::all(db).await {
+    for task in harness::rows::all(db).await {
         if task.status == TaskStatus::Running {
             *per_user.entry(task.user_id).or_default() += 1;
         }
@@ -892,14 +890,14 @@ async fn workers_in_two_processes_stay_within_the_user_limit(db: &TestDb) {
         }
     }
     let _children =
-        common::children::Children(vec![child(&db.url, "child-1"), child(&db.url, "child-2")]);
+        harness::children::Children(vec![child(&db.url, "child-1"), child(&db.url, "child-2")]);
     let monitor = "SELECT coalesce(max(n), 0) AS n FROM (SELECT count(*) AS n FROM task_run \
                    WHERE status = 'running' GROUP BY user_id) AS per_user";
     let mut most_seen = 0;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        most_seen = most_seen.max(common::count(&db.db, monitor).await);
-        let rows = common::rows::all(&db.db).await;
+        most_seen = most_seen.max(harness::count(&db.db, monitor).await);
+        let rows = harness::rows::all(&db.db).await;
         if rows.iter().all(|t| t.status == TaskStatus::Succeeded) {
             break;
         }
@@ -913,7 +911,7 @@ async fn workers_in_two_processes_stay_within_the_user_limit(db: &TestDb) {
         most_seen <= 2,
         "the monitor saw a user with {most_seen} running"
     );
-    let rows = common::rows::all(&db.db).await;
+    let rows = harness::rows::all(&db.db).await;
     let mut per_user: HashMap<&str, Vec<&task_run::Model>> = HashMap::new();
     for task in &rows {
         per_user
@@ -935,7 +933,7 @@ async fn workers_in_two_processes_stay_within_the_user_limit(db: &TestDb) {
 /// check: ignored by default, run with
 /// `cargo test --release --test limits -- --ignored --nocapture fairness_figure`.
 mod fairness_figure {
-    use crate::common::{Dialect, run};
+    use harness::{Dialect, run};
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     #[ignore = "a measurement (BENCHMARKS.md \"Fair claims\")"]
@@ -1014,7 +1012,7 @@ async fn fairness_figure(db: &TestDb) {
         let deadline = Instant::now() + Duration::from_secs(300);
         let waiting = "SELECT count(*) AS n FROM task_run \
                        WHERE user_id = 'light' AND started_at IS NULL";
-        while common::count(&db.db, waiting).await > 0 {
+        while harness::count(&db.db, waiting).await > 0 {
             assert!(
                 Instant::now() < deadline,
                 "the light user's tasks never started"

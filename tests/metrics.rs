@@ -1,12 +1,10 @@
 //! The `metrics` feature: a known run on every dialect, counted by a recorder.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::TestDb;
+use harness::{TestDb, matrix};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use sea_orm::{DatabaseConnection, EntityTrait};
 use task_dedup::{

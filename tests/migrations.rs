@@ -1,9 +1,7 @@
 //! Migrations, the unique index they create, and the compat patch, on every dialect.
 
-mod common;
-
-use common::rows::{self, at, is_unique_violation};
-use common::{Dialect, TestDb};
+use harness::rows::{self, at, is_unique_violation};
+use harness::{Dialect, TestDb, matrix};
 use sea_orm::ConnectionTrait;
 use sea_orm_migration::prelude::*;
 use task_dedup::TaskStatus::{Cancelled, Failed, Queued, Running, Succeeded};
@@ -36,7 +34,7 @@ const FIRST_RELEASE_STEPS: u32 = 2;
 
 /// What the schema of `task_run` looks like, as the database describes it.
 async fn schema(db: &TestDb) -> String {
-    common::schema::describe(&db.db, db.dialect).await
+    harness::schema::describe(&db.db, db.dialect).await
 }
 
 async fn has_table(db: &TestDb, table: &str) -> bool {
@@ -251,7 +249,7 @@ async fn migration_cancels_duplicate_active_rows(db: &TestDb) {
 }
 
 async fn ensure_schema_upgrades_a_legacy_table(db: &TestDb) {
-    common::schema::create_legacy_table(db).await;
+    harness::schema::create_legacy_table(db).await;
     let key = ("u", "t", "doc");
     let oldest = rows::insert(&db.db, key, Queued, at(0))
         .await
@@ -375,7 +373,7 @@ async fn ensure_schema_makes_mysql_keys_exact_by_collation_or_varbinary(db: &Tes
         ["user_id", "task_type", "resource_key"]
     );
     assert_eq!(report.cancelled_duplicates, 0, "{report}");
-    let exact = if common::count(
+    let exact = if harness::count(
         &db.db,
         "SELECT COUNT(*) AS n FROM information_schema.COLLATIONS \
          WHERE COLLATION_NAME = 'utf8mb4_nopad_bin'",

@@ -3,13 +3,11 @@
 //! snapshot predates the holder, the read after a conflict still finds it. Run on every
 //! dialect: the outcomes are the same everywhere, only the statements differ.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Dialect, TestDb};
+use harness::{Dialect, TestDb, matrix};
 use sea_orm::{ConnectOptions, ConnectionTrait, DatabaseConnection, TransactionTrait};
 use task_dedup::{Enqueued, NewTask, Scope, TaskDedup, TaskKey, TaskStatus, TaskWorker};
 use tokio::sync::Barrier;

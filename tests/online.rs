@@ -3,14 +3,12 @@
 //! are resolved and the build run again; a killed build's INVALID index is found, taken
 //! for absent by the guard, and built again; writers keep working through an upgrade.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use common::rows::{self, at, is_unique_violation};
-use common::{Dialect, TestDb};
+use harness::rows::{self, at, is_unique_violation};
+use harness::{Dialect, TestDb, matrix, server_matrix};
 use sea_orm::{ConnectionTrait, DatabaseConnection, TransactionTrait};
 use sea_orm_migration::prelude::*;
 use task_dedup::TaskStatus::{Cancelled, Queued, Running, Succeeded};
@@ -46,7 +44,7 @@ fn steps() -> usize {
 }
 
 async fn schema(db: &TestDb) -> String {
-    common::schema::describe(&db.db, db.dialect).await
+    harness::schema::describe(&db.db, db.dialect).await
 }
 
 fn options() -> OnlineOptions {
@@ -227,7 +225,7 @@ async fn ensure_schema_online_leaves_what_ensure_schema_leaves(db: &TestDb) {
     let key = ("u", "t", "doc");
     let mut outcomes = Vec::new();
     for online in [false, true] {
-        common::schema::create_legacy_table(db).await;
+        harness::schema::create_legacy_table(db).await;
         let oldest = rows::insert(&db.db, key, Queued, at(0))
             .await
             .expect("seed");
@@ -288,7 +286,7 @@ async fn ensure_schema_online_leaves_what_ensure_schema_leaves(db: &TestDb) {
 /// MySQL/MariaDB: what of the online guard is on the database (its triggers on
 /// `task_run`, its table of keys).
 async fn mysql_guard_left(db: &TestDb) -> i64 {
-    common::count(
+    harness::count(
         &db.db,
         "SELECT (SELECT COUNT(*) FROM information_schema.TRIGGERS \
          WHERE TRIGGER_SCHEMA = DATABASE() AND EVENT_OBJECT_TABLE = 'task_run') \
@@ -310,7 +308,7 @@ async fn legacy_enqueue(db: &DatabaseConnection, dialect: Dialect, resource: &st
         "SELECT COUNT(*) AS n FROM task_run WHERE user_id = 'legacy' AND task_type = 't' \
          AND resource_key = '{resource}' AND status IN ('queued', 'running')"
     );
-    if common::count(db, holder).await > 0 {
+    if harness::count(db, holder).await > 0 {
         return false;
     }
     match rows::insert(db, ("legacy", "t", resource), Queued, chrono::Utc::now()).await {
@@ -390,7 +388,7 @@ async fn writers_keep_working_through_an_online_upgrade(db: &TestDb) {
         "{active}"
     );
 
-    let legacy = common::count(
+    let legacy = harness::count(
         &db.db,
         "SELECT COUNT(*) AS n FROM task_run WHERE user_id = 'legacy'",
     )
@@ -400,7 +398,7 @@ async fn writers_keep_working_through_an_online_upgrade(db: &TestDb) {
         inserted.load(Ordering::Relaxed),
         "nothing lost"
     );
-    let doubled = common::keys_with_two_active(&db.db).await;
+    let doubled = harness::keys_with_two_active(&db.db).await;
     assert_eq!(doubled, 0, "at most one active task per key");
     assert!(
         online::invalid_indexes(&db.db)
@@ -469,7 +467,7 @@ async fn unique_build_resolves_duplicates_written_while_it_waits(db: &TestDb) {
         Dialect::Postgres => ("CREATE TRIGGER task_dedup_online_guard", 1),
         _ => ("CREATE TRIGGER task_dedup_online_guard", 2),
     };
-    common::wait_for_session(
+    harness::wait_for_session(
         &admin,
         db,
         &waiting_build(db.dialect, statement),
@@ -592,7 +590,7 @@ async fn last_attempt_after_duplicates_locks_the_table(db: &TestDb) {
     let build = unique_build(&report);
     if db.dialect == Dialect::MySql {
         assert_eq!(build.method, Method::Locked, "{build}");
-        let locks = common::count(
+        let locks = harness::count(
             &db.db,
             "SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST \
              WHERE STATE LIKE 'Waiting for table%'",
@@ -632,7 +630,7 @@ async fn build_with_a_duplicate_during_the_resolution(db: &TestDb, attempts: u32
               WHERE DB = ? AND INFO LIKE 'UPDATE task_run SET status%'"
             .to_owned(),
     };
-    common::wait_for_session(&admin, db, &waiting, "the resolution").await;
+    harness::wait_for_session(&admin, db, &waiting, "the resolution").await;
     let late = rows::insert(&db.db, k, Queued, at(2)).await;
     txn.commit().await.expect("release the row");
 
@@ -679,7 +677,7 @@ async fn build_with_a_duplicate_during_the_resolution(db: &TestDb, attempts: u32
     }
     let guards = match db.dialect {
         Dialect::Postgres => {
-            common::count(
+            harness::count(
                 &db.db,
                 "SELECT COUNT(*) AS n FROM pg_trigger WHERE tgname = 'task_dedup_online_guard'",
             )
@@ -723,7 +721,7 @@ async fn killed_build_is_found_and_built_again(db: &TestDb) {
             "task_active_resource_uidx",
         ),
     };
-    let session = common::wait_for_session(
+    let session = harness::wait_for_session(
         &admin,
         db,
         &waiting_build(db.dialect, statement),
@@ -846,9 +844,9 @@ async fn killed_guarded_build_leaves_a_guard_the_next_run_drops(db: &TestDb) {
     let admin = admin(db).await;
     let run = second_step_online(db);
     let waiting = waiting_build(db.dialect, "UPDATE task_run SET status");
-    common::wait_for_session(&admin, db, &waiting, "the resolution").await;
+    harness::wait_for_session(&admin, db, &waiting, "the resolution").await;
     // The run's own session, which installed the guard and would build the index.
-    let session = common::wait_for_session(
+    let session = harness::wait_for_session(
         &admin,
         db,
         "SELECT pid::int8 AS id FROM pg_stat_activity WHERE datname = $1 \
@@ -865,7 +863,7 @@ async fn killed_guarded_build_leaves_a_guard_the_next_run_drops(db: &TestDb) {
     assert!(killed.is_err(), "{killed:?}");
 
     let guards = "SELECT COUNT(*) AS n FROM pg_trigger WHERE tgname = 'task_dedup_online_guard'";
-    assert_eq!(common::count(&db.db, guards).await, 1, "left standing");
+    assert_eq!(harness::count(&db.db, guards).await, 1, "left standing");
     let err = rows::insert(&db.db, k, Queued, at(2))
         .await
         .expect_err("still guarded");
@@ -881,8 +879,8 @@ async fn killed_guarded_build_leaves_a_guard_the_next_run_drops(db: &TestDb) {
             .any(|c| c.object == "task_active_resource_uidx"),
         "{report:?}"
     );
-    assert_eq!(common::count(&db.db, guards).await, 0, "dropped");
-    assert_eq!(common::keys_with_two_active(&db.db).await, 0);
+    assert_eq!(harness::count(&db.db, guards).await, 0, "dropped");
+    assert_eq!(harness::keys_with_two_active(&db.db).await, 0);
     admin.close().await.expect("close");
 }
 
@@ -967,7 +965,7 @@ async fn a_held_lock_makes_the_run_give_up_naming_its_holder(db: &TestDb) {
         // PostgreSQL keeps an idle session's last statement.
         assert!(log.contains("held-by-the-test"), "{log}");
     }
-    let applied = common::count(
+    let applied = harness::count(
         &db.db,
         format!(
             "SELECT COUNT(*) AS n FROM {}",

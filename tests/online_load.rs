@@ -19,13 +19,11 @@
 //!   cargo test --release --test online_load -- --ignored --nocapture
 //! ```
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Dialect, TestDb};
+use harness::{Dialect, TestDb};
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement, Value};
 use task_dedup_migration::online::{OnlineOptions, ensure_schema_online, up_online};
 use task_dedup_migration::{Migrator, MigratorTrait};
@@ -44,7 +42,7 @@ async fn upgrade_under_load() {
         Ok("mysql") => Dialect::MySql,
         _ => Dialect::Postgres,
     };
-    common::run(dialect, "online_load", body).await;
+    harness::run(dialect, "online_load", body).await;
 }
 
 fn env_u64(name: &str, default: u64) -> u64 {
@@ -61,7 +59,7 @@ async fn body(db: &TestDb) {
     // patch (`ensure_schema_online`, or `ensure_schema` when blocking).
     let legacy = std::env::var("TASK_DEDUP_LOAD_START").as_deref() == Ok("legacy");
     if legacy {
-        common::schema::create_legacy_table(db).await;
+        harness::schema::create_legacy_table(db).await;
         // The index a read-then-insert application has on its key: without it each of
         // its reads scans the table (12-16 s on MariaDB at 5,000,000 rows), and on
         // MySQL/MariaDB no `ALTER TABLE`, online or not, gets its metadata lock while
@@ -256,7 +254,7 @@ async fn body(db: &TestDb) {
             ["before", "during", "after"][usize::from(c.0)]
         );
     }
-    let doubled = common::keys_with_two_active(&db.db).await;
+    let doubled = harness::keys_with_two_active(&db.db).await;
     eprintln!("[load] keys with more than one active task afterwards: {doubled}");
     let failed = calls.iter().filter(|c| !c.2).count();
     assert_eq!(failed, 0, "no call fails");
@@ -402,7 +400,7 @@ async fn drain_one(db: &DatabaseConnection) -> Result<bool, sea_orm::DbErr> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "minutes; run by bench/online_upgrade.sh"]
 async fn sqlite_build_time() {
-    common::run(
+    harness::run(
         Dialect::Sqlite,
         "online_load_sqlite",
         async |db: &TestDb| {

@@ -1,13 +1,11 @@
 //! Pausing and resuming a task type: claims pass over a paused type's tasks, enqueue
 //! goes on, workers in other processes honour it; on every dialect.
 
-mod common;
-
 use std::collections::HashSet;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use common::TestDb;
+use harness::{TestDb, matrix};
 use sea_orm::{DatabaseConnection, TransactionTrait};
 use task_dedup::{
     DedupError, InvalidReason, NewTask, TaskDedup, TaskKey, TaskStatus, TaskWorker, task_run,
@@ -66,7 +64,7 @@ async fn paused_types_are_passed_over_and_resumed(db: &TestDb) {
 
     // Byte-exact names: another spelling is another type.
     assert!(db.db.pause("Export").await.expect("pause"));
-    assert_eq!(common::paused_types(&db.db).await, ["Export", "export"]);
+    assert_eq!(harness::paused_types(&db.db).await, ["Export", "export"]);
     assert!(db.db.resume("Export").await.expect("resume"));
 
     assert!(db.db.resume("export").await.expect("resume"));
@@ -97,7 +95,7 @@ async fn pause_in_a_transaction_takes_effect_at_commit(db: &TestDb) {
     let txn = db.db.begin().await.expect("begin");
     assert!(txn.pause("export").await.expect("pause"));
     txn.commit().await.expect("commit");
-    assert_eq!(common::paused_types(&db.db).await, ["export"]);
+    assert_eq!(harness::paused_types(&db.db).await, ["export"]);
     assert!(db.db.claim("w", &[], LEASE).await.expect("claim").is_none());
     let txn = db.db.begin().await.expect("begin");
     assert!(txn.resume("export").await.expect("resume"));
@@ -138,7 +136,7 @@ async fn invalid_type_names_are_rejected_before_sql(db: &TestDb) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a child process of workers_in_two_processes_honour_a_pause"]
 async fn child_worker_runs_until_killed() {
-    common::children::run_worker(
+    harness::children::run_worker(
         ("TASK_DEDUP_PAUSE_CHILD_URL", "TASK_DEDUP_PAUSE_CHILD_ID"),
         1,
         (Duration::from_millis(10), Duration::from_millis(50)),
@@ -149,7 +147,7 @@ async fn child_worker_runs_until_killed() {
 }
 
 fn child(url: &str, id: &str) -> Child {
-    common::children::spawn_ready(
+    harness::children::spawn_ready(
         "child_worker_runs_until_killed",
         &[
             ("TASK_DEDUP_PAUSE_CHILD_URL", url),
@@ -162,7 +160,7 @@ fn child(url: &str, id: &str) -> Child {
 async fn wait_done(db: &DatabaseConnection, ids: &HashSet<uuid::Uuid>) -> Vec<task_run::Model> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let rows: Vec<task_run::Model> = common::rows::all(db)
+        let rows: Vec<task_run::Model> = harness::rows::all(db)
             .await
             .into_iter()
             .filter(|t| ids.contains(&t.id))
@@ -182,7 +180,7 @@ async fn workers_in_two_processes_honour_a_pause(db: &TestDb) {
     db.migrate().await;
     assert!(db.db.pause("job").await.expect("pause"));
     let _children =
-        common::children::Children(vec![child(&db.url, "child-1"), child(&db.url, "child-2")]);
+        harness::children::Children(vec![child(&db.url, "child-1"), child(&db.url, "child-2")]);
 
     for round in 0..2 {
         // The paused type's tasks first: a claim that ignored the pause would take them
@@ -202,7 +200,7 @@ async fn workers_in_two_processes_honour_a_pause(db: &TestDb) {
             HashSet::from(["child-1".to_owned(), "child-2".to_owned()]),
             "both processes claimed"
         );
-        for task in common::rows::all(&db.db).await {
+        for task in harness::rows::all(&db.db).await {
             if jobs.contains(&task.id) {
                 assert_eq!(task.status, TaskStatus::Queued, "{task:?}");
                 assert_eq!(task.attempts, 0, "{task:?}");

@@ -3,8 +3,6 @@
 //! a scheduler process killed at a tick, catch-up on start, and `build()` refusing bad
 //! schedules.
 
-mod common;
-
 use std::collections::{BTreeMap, HashSet};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
@@ -13,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use common::TestDb;
+use harness::{TestDb, matrix, server_matrix};
 use sea_orm::DatabaseConnection;
 use serde::{Deserialize, Serialize};
 use task_dedup::task_run::{self, TaskScope, TaskStatus};
@@ -73,7 +71,7 @@ fn beat_worker(
 /// The `Beat` tasks, by tick (Unix seconds of `run_at`).
 async fn beats(db: &DatabaseConnection) -> BTreeMap<i64, Vec<task_run::Model>> {
     let mut by_tick: BTreeMap<i64, Vec<task_run::Model>> = BTreeMap::new();
-    for task in common::rows::all(db).await {
+    for task in harness::rows::all(db).await {
         if task.task_type == Beat::TASK_TYPE {
             by_tick
                 .entry(task.run_at.timestamp())
@@ -278,7 +276,7 @@ async fn retention_keeps_a_tick_until_its_window_ends(db: &TestDb) {
         tokio::spawn(eager_pruner(&db.db, Arc::new(AtomicUsize::new(0))).run(shutdown.clone()));
     let started = Instant::now();
     let this_year = loop {
-        let tasks = common::rows::all(&db.db).await;
+        let tasks = harness::rows::all(&db.db).await;
         if let Some(task) = tasks.iter().find(|t| t.status == TaskStatus::Succeeded) {
             break task.clone();
         }
@@ -288,14 +286,14 @@ async fn retention_keeps_a_tick_until_its_window_ends(db: &TestDb) {
     // A chore finishes after this year's task and is pruned: the pruner ran since.
     let chore = db.db.enqueue(&Chore).await.expect("enqueue").task().id;
     loop {
-        let tasks = common::rows::all(&db.db).await;
+        let tasks = harness::rows::all(&db.db).await;
         if tasks.iter().all(|t| t.id != chore) {
             break;
         }
         assert!(started.elapsed() < Duration::from_secs(20), "{tasks:#?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let tasks = common::rows::all(&db.db).await;
+    let tasks = harness::rows::all(&db.db).await;
     assert_eq!(
         tasks.iter().map(|t| t.id).collect::<Vec<_>>(),
         [this_year.id],
@@ -323,7 +321,7 @@ async fn retention_keeps_a_tick_until_its_window_ends(db: &TestDb) {
         "{second:?}"
     );
     assert_eq!(first.pruned + second.pruned, 1, "the chore only");
-    let tasks = common::rows::all(&db.db).await;
+    let tasks = harness::rows::all(&db.db).await;
     assert_eq!(tasks.len(), 1, "{tasks:#?}");
 }
 

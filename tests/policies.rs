@@ -1,15 +1,12 @@
 //! Dedup policies on every dialect: scopes (which states hold a key), the conflict
 //! policy (latest payload wins), scheduling (run_at, priority) and retries with backoff.
 
-mod common;
-
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
-use common::rows;
-use common::{Dialect, TestDb};
+use harness::{Dialect, TestDb, matrix, rows};
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
 use task_dedup::{
     DedupError, Enqueued, NewTask, OnConflict, Retry, RetryPolicy, Scope, TaskDedup, TaskKey,

@@ -10,11 +10,9 @@
 //! `tests/poolers.rs`. SQLite and MySQL/MariaDB ignore the mode: their part checks that
 //! the handle changes nothing there.
 
-mod common;
-
 use std::collections::HashSet;
 
-use common::{Dialect, TestDb};
+use harness::{Dialect, TestDb, matrix};
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement, TransactionTrait};
 use task_dedup::{Enqueued, NewTask, PoolerMode, TaskDedup, TaskKey};
 
@@ -170,7 +168,7 @@ async fn the_mode_is_the_handles_not_the_process(db: &TestDb) {
         txn.commit().await.expect("commit");
     }
     assert_eq!(
-        common::count(&db.db, "SELECT COUNT(*) AS n FROM task_run").await,
+        harness::count(&db.db, "SELECT COUNT(*) AS n FROM task_run").await,
         5
     );
 }
@@ -274,7 +272,7 @@ async fn a_missing_function_falls_back_to_the_statement(db: &TestDb) {
     assert!(!inside.expect("a hit in a transaction").is_created());
     txn.commit().await.expect("commit");
     assert_eq!(
-        common::count(&db.db, "SELECT COUNT(*) AS n FROM task_run").await,
+        harness::count(&db.db, "SELECT COUNT(*) AS n FROM task_run").await,
         3
     );
 }
@@ -295,9 +293,9 @@ async fn sixty_four_callers_through_the_function_create_exactly_one(db: &TestDb)
     } else {
         db.pool(callers as u32).await.clone()
     };
-    common::storm_one_key(&pool, PoolerMode::NoPreparedStatements, callers).await;
+    harness::storm_one_key(&pool, PoolerMode::NoPreparedStatements, callers).await;
     assert_eq!(
-        common::count(&db.db, "SELECT COUNT(*) AS n FROM task_run").await,
+        harness::count(&db.db, "SELECT COUNT(*) AS n FROM task_run").await,
         5
     );
 }

@@ -16,13 +16,11 @@
 //! the handler's writes go to the server directly or as simple-protocol statements: the
 //! application's SeaORM statements are not task-dedup's to make work through 1.18.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Dialect, TestDb};
+use harness::{Dialect, TestDb};
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement, TransactionTrait};
 use task_dedup::task_run;
 use task_dedup::{
@@ -138,11 +136,11 @@ async fn run(test: &str, pooler: Pooler, body: impl AsyncFnOnce(&Pooled<'_>)) {
         );
         return;
     };
-    common::run(Dialect::Postgres, test, async |db: &TestDb| {
+    harness::run(Dialect::Postgres, test, async |db: &TestDb| {
         // The harness created and migrated nothing through the pooler: DDL goes direct.
         db.migrate().await;
         let (_, name) = db.server().expect("a server database");
-        let url = common::with_database(&url, name);
+        let url = harness::with_database(&url, name);
         body(&Pooled { db, url, pooler }).await;
     })
     .await;
@@ -281,7 +279,7 @@ mod tests {
             assert_eq!(existing, (CALLERS * calls - 10) as u64, "{in_transaction}");
         }
         assert_eq!(
-            common::count(pooled.direct(), "SELECT COUNT(*) AS n FROM task_run").await,
+            harness::count(pooled.direct(), "SELECT COUNT(*) AS n FROM task_run").await,
             2 * (CALLERS * calls + 10) as i64
         );
     }
@@ -306,7 +304,7 @@ mod tests {
         txn.commit().await.expect("commit");
         assert!(inside.iter().all(|o| !o.is_created()));
         assert_eq!(
-            common::count(pooled.direct(), "SELECT COUNT(*) AS n FROM task_run").await,
+            harness::count(pooled.direct(), "SELECT COUNT(*) AS n FROM task_run").await,
             300
         );
     }
@@ -455,7 +453,7 @@ mod tests {
         let deleted = pool.delete_tasks(&all, 10).await.expect("delete_tasks");
         assert_eq!(deleted.applied, 5);
         assert_eq!(
-            common::count(pooled.direct(), "SELECT COUNT(*) AS n FROM task_run").await,
+            harness::count(pooled.direct(), "SELECT COUNT(*) AS n FROM task_run").await,
             0
         );
     }
@@ -582,7 +580,7 @@ mod tests {
             assert!(pool.resume(&task_type).await.expect("resume"));
         }
         assert_eq!(
-            common::count(pooled.direct(), "SELECT COUNT(*) AS n FROM task_run").await,
+            harness::count(pooled.direct(), "SELECT COUNT(*) AS n FROM task_run").await,
             HOSTILE.len() as i64
         );
         let nul = TaskKey::new("user", "render", "a\0b");
@@ -599,7 +597,7 @@ mod tests {
     pub(super) async fn sixty_four_callers_on_one_key_create_exactly_one(pooled: &Pooled<'_>) {
         let callers = 64;
         let pool = pooled.pool(callers as u32).await;
-        common::storm_one_key(&pool, pooled.pooler.mode(), callers).await;
+        harness::storm_one_key(&pool, pooled.pooler.mode(), callers).await;
     }
 
     /// Its listener, on a connection of the pool, cannot hear: the worker finds out,
@@ -674,7 +672,7 @@ async fn drain_a_thousand(
     }
     let started = Instant::now();
     loop {
-        let ended = common::count(
+        let ended = harness::count(
             pooled.direct(),
             "SELECT COUNT(*) AS n FROM task_run WHERE status NOT IN ('queued', 'running')",
         )
@@ -708,14 +706,14 @@ async fn drain_a_thousand(
             pooled.pooler.name()
         );
     }
-    let failed = common::count(
+    let failed = harness::count(
         pooled.direct(),
         "SELECT COUNT(*) AS n FROM task_run WHERE status <> 'succeeded'",
     )
     .await;
     assert_eq!(failed, 0, "every task succeeded: {report:?}");
     assert_eq!(
-        common::count(pooled.direct(), "SELECT COUNT(*) AS n FROM runs").await,
+        harness::count(pooled.direct(), "SELECT COUNT(*) AS n FROM runs").await,
         (TASKS + WAKE_UPS) as i64
     );
     assert_eq!(report.completed, (TASKS + WAKE_UPS) as u64, "{report:?}");

@@ -2,8 +2,6 @@
 //! end, pruners running at once, a pruner killed mid-prune, and a worker pruning by
 //! default; on every dialect.
 
-mod common;
-
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -11,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use common::TestDb;
+use harness::{TestDb, matrix, server_matrix};
 use sea_orm::sea_query::{Expr, ExprTrait, Query};
 use sea_orm::{ConnectionTrait, DatabaseConnection, EntityTrait, PaginatorTrait};
 use task_dedup::task_run::{self, Column};
@@ -74,7 +72,7 @@ async fn seed(
 }
 
 async fn ids(db: &DatabaseConnection) -> HashSet<Uuid> {
-    common::rows::all(db).await.iter().map(|t| t.id).collect()
+    harness::rows::all(db).await.iter().map(|t| t.id).collect()
 }
 
 async fn count(db: &DatabaseConnection) -> u64 {
@@ -400,9 +398,9 @@ async fn pruner_passes_rows_another_transaction_holds(db: &TestDb) {
     for id in &held {
         let lock = db.stmt(
             match db.dialect {
-                common::Dialect::Postgres => "SELECT id FROM task_run WHERE id = $1 FOR UPDATE",
-                common::Dialect::MySql => "SELECT id FROM task_run WHERE id = ? FOR UPDATE",
-                common::Dialect::Sqlite => panic!("a server dialect only"),
+                harness::Dialect::Postgres => "SELECT id FROM task_run WHERE id = $1 FOR UPDATE",
+                harness::Dialect::MySql => "SELECT id FROM task_run WHERE id = ? FOR UPDATE",
+                harness::Dialect::Sqlite => panic!("a server dialect only"),
             },
             vec![(*id).into()],
         );
@@ -511,7 +509,7 @@ async fn pruner_killed_mid_prune_leaves_every_row_whole(db: &TestDb) {
         Some(ago(8 * DAY)),
     )
     .await;
-    let before: HashMap<Uuid, task_run::Model> = common::rows::all(&db.db)
+    let before: HashMap<Uuid, task_run::Model> = harness::rows::all(&db.db)
         .await
         .into_iter()
         .map(|t| (t.id, t))
@@ -531,7 +529,7 @@ async fn pruner_killed_mid_prune_leaves_every_row_whole(db: &TestDb) {
     // sent: CI saw MariaDB delete a row after the rows below were read.
     wait_for_no_running_delete(db).await;
 
-    let after = common::rows::all(&db.db).await;
+    let after = harness::rows::all(&db.db).await;
     let deleted = total - after.len() as u64;
     assert!(
         deleted > 0 && deleted < OLD as u64,
@@ -559,7 +557,7 @@ async fn wait_for_no_running_delete(db: &TestDb) {
         return;
     };
     let sql = match db.dialect {
-        common::Dialect::Postgres => {
+        harness::Dialect::Postgres => {
             "SELECT 1 AS running FROM pg_stat_activity WHERE datname = $1 \
              AND state <> 'idle' AND query ILIKE 'delete%' AND pid <> pg_backend_pid()"
         }
@@ -662,7 +660,7 @@ async fn worker_prunes_by_default(db: &TestDb) {
     let expected: HashSet<Uuid> = kept.iter().copied().chain([work.id]).collect();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let left = common::rows::all(&db.db).await;
+        let left = harness::rows::all(&db.db).await;
         let ids: HashSet<Uuid> = left.iter().map(|t| t.id).collect();
         let done = left
             .iter()

@@ -2,8 +2,6 @@
 //! worker processes, retries with backoff, shutdown that releases, cancellation, panics,
 //! wake-ups.
 
-mod common;
-
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -11,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Dialect, TestDb};
+use harness::{Dialect, TestDb, matrix, server_matrix};
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement, TransactionTrait};
 use task_dedup::{
     DedupError, HandlerError, NewTask, RetryPolicy, TaskDedup, TaskKey, TaskStatus, TaskWorker,
@@ -222,7 +220,7 @@ async fn a_thousand_tasks_each_run_exactly_once(db: &TestDb) {
     }
     // Until every one of them succeeded.
     loop {
-        let done = common::count(
+        let done = harness::count(
             &pool.db,
             "SELECT COUNT(*) AS n FROM task_run WHERE status = 'succeeded'",
         )
@@ -231,7 +229,7 @@ async fn a_thousand_tasks_each_run_exactly_once(db: &TestDb) {
             break;
         }
         if started.elapsed() > Duration::from_secs(180) {
-            let stuck: Vec<_> = common::rows::all(&pool.db)
+            let stuck: Vec<_> = harness::rows::all(&pool.db)
                 .await
                 .into_iter()
                 .filter(|t| t.status != TaskStatus::Succeeded)
@@ -252,11 +250,11 @@ async fn a_thousand_tasks_each_run_exactly_once(db: &TestDb) {
     }
 
     assert_eq!(
-        common::count(&pool.db, "SELECT COUNT(*) AS n FROM runs").await,
+        harness::count(&pool.db, "SELECT COUNT(*) AS n FROM runs").await,
         1_000,
         "each ran once"
     );
-    let runs_by_process = common::count(
+    let runs_by_process = harness::count(
         &pool.db,
         "SELECT COUNT(*) AS n FROM runs WHERE worker LIKE 'process-%'",
     )
@@ -267,7 +265,7 @@ async fn a_thousand_tasks_each_run_exactly_once(db: &TestDb) {
         reports.iter().all(|r| r.failed == 0 && r.lost == 0),
         "{reports:?}"
     );
-    let stored = common::rows::all(&pool.db).await;
+    let stored = harness::rows::all(&pool.db).await;
     for id in &created {
         let task = stored.iter().find(|t| t.id == *id).expect("stored");
         assert_eq!((task.status, task.attempts), (TaskStatus::Succeeded, 1));
@@ -671,7 +669,7 @@ async fn a_killed_worker_processs_tasks_are_run_by_another_worker(db: &TestDb) {
     let runs = runs.lock().expect("lock").clone();
     assert_eq!(runs.len(), 6);
     assert!(runs.values().all(|n| *n == 1), "{runs:?}");
-    for task in common::rows::all(&db.db).await {
+    for task in harness::rows::all(&db.db).await {
         let attempts = if started.contains(&task.id) { 2 } else { 1 };
         assert_eq!(
             (task.attempts, task.lease_owner.as_deref()),

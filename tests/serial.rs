@@ -3,15 +3,13 @@
 //! a follow-up is claimable as soon as its predecessor ends, and races between claims,
 //! endings and the reaper keep the rule.
 
-mod common;
-
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use common::{Dialect, TestDb};
+use harness::{Dialect, TestDb, matrix, server_matrix};
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement, TransactionTrait};
 use task_dedup::{
     DedupError, NewTask, RetryPolicy, Scope, TaskDedup, TaskKey, TaskStatus, TaskWorker, task_run,
@@ -479,7 +477,7 @@ async fn race_reaper_requeues_while_follow_ups_wait(db: &TestDb) {
     assert_eq!((requeued, failed), (keys as u64 / 2, keys as u64 / 2));
     assert_serial(&runs);
 
-    let rows = common::rows::all(&pool.db).await;
+    let rows = harness::rows::all(&pool.db).await;
     let by_id: HashMap<Uuid, &task_run::Model> = rows.iter().map(|r| (r.id, r)).collect();
     for (i, predecessor) in dead.iter().enumerate() {
         let follow_up = &runs
@@ -554,7 +552,7 @@ async fn wait_for_a_blocked_session(db: &TestDb, admin: &DatabaseConnection) -> 
              AND INFO LIKE 'UPDATE task_run SET status = ''running'', attempts%'"
         }
     };
-    common::wait_for_session(admin, db, sql, "the claim waiting for the index entry").await
+    harness::wait_for_session(admin, db, sql, "the claim waiting for the index entry").await
 }
 
 /// A transaction starts task `x` of a key and holds its commit while a claim picks `y`
@@ -604,7 +602,7 @@ async fn claim_losing_the_index_race_is_run_again(db: &TestDb) {
         .expect("claim task")
         .expect("a lost race never surfaces");
     assert_eq!(claimed.iter().map(|t| t.id).collect::<Vec<_>>(), [free]);
-    let rows = common::rows::all(&db.db).await;
+    let rows = harness::rows::all(&db.db).await;
     let status = |id| rows.iter().find(|r| r.id == id).expect("row").status;
     assert_eq!(
         (status(x), status(y), status(free)),
@@ -645,7 +643,7 @@ async fn claim_lost_with_its_connection_while_blocked_takes_nothing(db: &TestDb)
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     holder.rollback().await.expect("x back to queued");
-    let rows = common::rows::all(&db.db).await;
+    let rows = harness::rows::all(&db.db).await;
     assert!(
         rows.iter().all(|r| r.status == TaskStatus::Queued),
         "{rows:?}"
@@ -722,7 +720,7 @@ async fn worker_wakes_for_a_follow_up_when_its_predecessor_ends(db: &TestDb) {
     shutdown.cancel();
     let report = running.await.expect("worker task").expect("worker");
     assert_eq!(report.completed, 2);
-    let rows = common::rows::all(&db.db).await;
+    let rows = harness::rows::all(&db.db).await;
     let row = |id| rows.iter().find(|r| r.id == id).expect("row").clone();
     let (first, follow_up) = (row(first.id), row(follow_up.id));
     assert!(follow_up.started_at.expect("started") >= first.finished_at.expect("finished"));
@@ -734,7 +732,7 @@ async fn worker_wakes_for_a_follow_up_when_its_predecessor_ends(db: &TestDb) {
 /// doorbell is in-process; MySQL/MariaDB workers poll.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_ending_wakes_listening_workers_postgres() {
-    common::run(Dialect::Postgres, "an_ending_wakes", async |db: &TestDb| {
+    harness::run(Dialect::Postgres, "an_ending_wakes", async |db: &TestDb| {
         use sea_orm::sqlx::postgres::PgListener;
         use task_dedup::Worker;
         use tokio_util::sync::CancellationToken;
@@ -784,7 +782,7 @@ async fn an_ending_wakes_listening_workers_postgres() {
         shutdown.cancel();
         let report = running.await.expect("worker task").expect("worker");
         assert_eq!(report.completed, 1);
-        let row = common::rows::all(&db.db).await;
+        let row = harness::rows::all(&db.db).await;
         assert_eq!(row[0].id, task.id);
         assert_eq!(row[0].status, TaskStatus::Succeeded);
     })

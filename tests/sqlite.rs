@@ -1,10 +1,8 @@
 //! What only SQLite files need: the write-ahead log stays checkpointed.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{Dialect, TestDb};
+use harness::{Dialect, TestDb};
 use task_dedup::{NewTask, TaskDedup, TaskKey, TaskWorker};
 
 /// SQLite checkpoints its WAL (every 1,000 pages by default) only when a write statement
@@ -14,7 +12,7 @@ use task_dedup::{NewTask, TaskDedup, TaskKey, TaskWorker};
 /// through a worker, every read slower for it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_wal_stays_checkpointed() {
-    common::run(Dialect::Sqlite, "the_wal_stays_checkpointed", wal_bounded).await;
+    harness::run(Dialect::Sqlite, "the_wal_stays_checkpointed", wal_bounded).await;
 }
 
 async fn wal_bounded(db: &TestDb) {

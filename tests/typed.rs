@@ -2,14 +2,12 @@
 //! Worker that routes each type to its handler under its own limit, bad payloads and
 //! results, and the testing helpers, on every dialect.
 
-mod common;
-
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::TestDb;
+use harness::{TestDb, matrix};
 use sea_orm::{DatabaseConnection, EntityTrait, PaginatorTrait, TransactionTrait};
 use serde::{Deserialize, Serialize};
 use serde_json::json;

@@ -1,13 +1,11 @@
 //! The worker lifecycle: claims, leases, transitions, the reaper and pruning, on every
 //! dialect.
 
-mod common;
-
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::TestDb;
+use harness::{TestDb, matrix};
 use sea_orm::sea_query::{Expr, ExprTrait, Query};
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, PaginatorTrait, QueryFilter,
@@ -183,7 +181,7 @@ async fn eight_workers_claim_each_task_exactly_once(db: &TestDb) {
     let unique: HashSet<_> = all.iter().collect();
     assert_eq!(all.len(), QUEUED, "no task claimed twice");
     assert_eq!(unique.len(), QUEUED, "no task lost");
-    for row in common::rows::all(&db.db).await {
+    for row in harness::rows::all(&db.db).await {
         assert_eq!((row.status, row.attempts), (TaskStatus::Succeeded, 1));
     }
 }
@@ -192,7 +190,7 @@ async fn claim_storm_catches_read_then_update(db: &TestDb) {
     db.migrate().await;
     let claimer = Claimer::ReadThenUpdate(Barrier::new(WORKERS));
     let all = claim_storm(db, claimer).await;
-    let first = common::rows::all(&db.db).await[0].id;
+    let first = harness::rows::all(&db.db).await[0].id;
     assert_eq!(
         all.iter().filter(|&&id| id == first).count(),
         WORKERS,
@@ -212,7 +210,7 @@ async fn claim_takes_the_oldest_of_the_requested_types(db: &TestDb) {
     let a2 = enqueue(db, t("a", "2")).await;
     let c1 = enqueue(db, t("c", "1")).await;
     for (id, seconds) in [(a1.id, 10), (b1.id, 20), (a2.id, 30), (c1.id, 40)] {
-        set(db, id, Column::CreatedAt, common::rows::at(seconds)).await;
+        set(db, id, Column::CreatedAt, harness::rows::at(seconds)).await;
     }
 
     let claim = async |types: &[&str]| db.db.claim("w", types, LEASE).await.expect("claim");
@@ -650,7 +648,7 @@ async fn prune_keeps_active_and_recent_tasks(db: &TestDb) {
         .await
         .expect("prune");
     assert_eq!(pruned, 2);
-    let left: HashSet<Uuid> = common::rows::all(&db.db)
+    let left: HashSet<Uuid> = harness::rows::all(&db.db)
         .await
         .iter()
         .map(|t| t.id)

@@ -4,7 +4,7 @@
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
 use sea_orm_migration::SchemaManager;
 
-use super::{Dialect, TestDb};
+use crate::{Dialect, TestDb};
 
 /// The catalog's description of `task_run` on `db`; empty when the table does not exist.
 ///

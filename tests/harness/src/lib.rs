@@ -7,8 +7,10 @@
 //!
 //! A dialect without a URL (or with an unreachable server) is skipped with a line on
 //! stderr, unless `CI=true`: then it fails the test.
-
-#![allow(dead_code, unreachable_pub)]
+//!
+//! A crate of its own (`tests/harness`, package `task-dedup-test-harness`), a
+//! dev-dependency named `harness` of every package whose tests use it: the root
+//! package's test binaries, `cli`, `loco` and `examples/adoption`.
 
 pub mod children;
 pub mod rows;
@@ -22,14 +24,14 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
 use task_dedup_migration::{Migrator, MigratorTrait};
 use tokio::sync::{Semaphore, SemaphorePermit};
 
-/// Runs each named `async fn(&TestDb)` of the calling file on every dialect, as
+/// Runs each named `async fn(&TestDb)` of the calling module on every dialect, as
 /// `<name>::sqlite`, `<name>::postgres` and `<name>::mysql`.
 #[macro_export]
 macro_rules! matrix {
     ($($name:ident),* $(,)?) => {
         $(
             mod $name {
-                use $crate::common::{run, Dialect};
+                use $crate::{run, Dialect};
 
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn sqlite() {
@@ -57,7 +59,7 @@ macro_rules! server_matrix {
     ($($name:ident),* $(,)?) => {
         $(
             mod $name {
-                use $crate::common::{run, Dialect};
+                use $crate::{run, Dialect};
 
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn postgres() {
