@@ -38,9 +38,19 @@ pub async fn run_worker(
     worker.run(CancellationToken::new()).await.expect("run");
 }
 
-/// Starts this test binary running only the ignored test `test`, with `envs`, and
-/// returns once the child printed a line with `ready`. Its later output is drained by a
-/// thread of its own.
+/// The name libtest gives the test function `name` of the module `module` (the caller's
+/// `module_path!()`): its path below the test binary's crate, as `--exact` wants it
+/// (`runtime::child_worker_process` in the `worker` binary).
+pub fn test_name(module: &str, name: &str) -> String {
+    match module.split_once("::") {
+        Some((_binary, path)) => format!("{path}::{name}"),
+        None => name.to_owned(),
+    }
+}
+
+/// Starts this test binary running only the ignored test `test` (its whole name:
+/// [`test_name`]), with `envs`, and returns once the child printed a line with `ready`.
+/// Its later output is drained by a thread of its own.
 pub fn spawn_ready(test: &str, envs: &[(&str, &str)]) -> Child {
     let mut child = Command::new(std::env::current_exe().expect("test binary"))
         .args([

@@ -539,19 +539,19 @@ async fn claims_read_the_claim_index_in_order(db: &TestDb) {
     let (pinned, analyze) = match db.dialect {
         Dialect::Sqlite => (
             include_str!(
-                "../dedup/src/dialect/snapshots/task_dedup__dialect__tests__sqlite_statements_are_pinned.snap"
+                "../../dedup/src/dialect/snapshots/task_dedup__dialect__tests__sqlite_statements_are_pinned.snap"
             ),
             "ANALYZE",
         ),
         Dialect::Postgres => (
             include_str!(
-                "../dedup/src/dialect/snapshots/task_dedup__dialect__tests__postgres_statements_are_pinned.snap"
+                "../../dedup/src/dialect/snapshots/task_dedup__dialect__tests__postgres_statements_are_pinned.snap"
             ),
             "ANALYZE task_run",
         ),
         _ => (
             include_str!(
-                "../dedup/src/dialect/snapshots/task_dedup__dialect__tests__mysql_statements_are_pinned.snap"
+                "../../dedup/src/dialect/snapshots/task_dedup__dialect__tests__mysql_statements_are_pinned.snap"
             ),
             "ANALYZE TABLE task_run",
         ),

@@ -2,6 +2,11 @@
 //! goes through the statement that inserts or returns the holder; when that statement's
 //! snapshot predates the holder, the read after a conflict still finds it. Run on every
 //! dialect: the outcomes are the same everywhere, only the statements differ.
+//!
+//! A test binary of its own (`[[test]] one_round_trip` in Cargo.toml, not a module of
+//! `enqueue/main.rs`): the keys it makes hot sit in the process's table of recent keys,
+//! where other tests' keys would push them out, and it installs the binary's one global
+//! tracing subscriber.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -2,8 +2,9 @@
 //! anything is written, on a pool and in a transaction; SeaORM's entity-first workflow
 //! gets a guarded table through `apply_with_task_run`. On every dialect.
 //!
-//! A file of its own: the check is cached per process (for transactions, per dialect), so
-//! a transaction's first check here must not follow another test's.
+//! A test binary of its own (`[[test]] guard` in Cargo.toml, not a module of
+//! `enqueue/main.rs`): the check is cached per process (for transactions, per dialect),
+//! so a transaction's first check here must not follow another test's.
 
 use std::sync::Arc;
 
