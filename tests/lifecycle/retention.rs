@@ -445,13 +445,14 @@ async fn child_prunes_until_killed() {
     }
 }
 
-/// Starts this test binary again, running only `test` with `url` in its environment.
+/// Starts this test binary again, running only `test` (of this module) with `url` in its
+/// environment.
 fn child(test: &str, url: &str) -> Child {
     Command::new(std::env::current_exe().expect("test binary"))
         .args([
             "--ignored",
             "--exact",
-            test,
+            &harness::children::test_name(module_path!(), test),
             "--nocapture",
             "--test-threads=1",
         ])

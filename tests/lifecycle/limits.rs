@@ -610,7 +610,7 @@ async fn child_limited_worker_runs_until_killed() {
 
 fn child(url: &str, id: &str) -> Child {
     harness::children::spawn_ready(
-        "child_limited_worker_runs_until_killed",
+        &harness::children::test_name(module_path!(), "child_limited_worker_runs_until_killed"),
         &[
             ("TASK_DEDUP_LIMITS_CHILD_URL", url),
             ("TASK_DEDUP_LIMITS_CHILD_ID", id),
@@ -931,7 +931,7 @@ async fn workers_in_two_processes_stay_within_the_user_limit(db: &TestDb) {
 /// times (by the database's clock) while a heavy user's backlog drains, against the same
 /// without the backlog, and with the backlog but no fairness. A measurement, not a
 /// check: ignored by default, run with
-/// `cargo test --release --test limits -- --ignored --nocapture fairness_figure`.
+/// `cargo test --release --test lifecycle -- --ignored --nocapture fairness_figure`.
 mod fairness_figure {
     use harness::{Dialect, run};
 

@@ -1,9 +1,10 @@
-//! The main claim's backoff behind a limited type's backlog (`lifecycle/claim.rs`):
-//! while a limited type fills every claim and the types without limits have nothing
-//! due, their claim goes first less and less often, down to one claim in 512; a task of
-//! theirs that arrives then waits at most that many claims.
+//! The main claim's backoff behind a limited type's backlog
+//! (`dedup/src/lifecycle/claim.rs`): while a limited type fills every claim and the types
+//! without limits have nothing due, their claim goes first less and less often, down to
+//! one claim in 512; a task of theirs that arrives then waits at most that many claims.
 //!
-//! A test binary of its own with one test that takes the three dialects in turn: the
+//! A test binary of its own (`[[test]] claim_backoff` in Cargo.toml, not a module of
+//! `lifecycle/main.rs`) with one test that takes the three dialects in turn: the
 //! claims' turn counter and the backoff are process-wide, and the claims of tests
 //! running beside it would move them. Here they are this test's claims alone, so the
 //! test knows the turn of each (counted from 0, one a claim) and makes the task arrive

@@ -1,5 +1,5 @@
-//! The worker lifecycle: claims, leases, transitions, the reaper and pruning, on every
-//! dialect.
+//! `TaskWorker`'s primitives, the lifecycle under the `Worker` runtime: claims, leases,
+//! transitions, the reaper and pruning, on every dialect.
 
 use std::collections::HashSet;
 use std::sync::Arc;

@@ -148,7 +148,7 @@ async fn child_worker_runs_until_killed() {
 
 fn child(url: &str, id: &str) -> Child {
     harness::children::spawn_ready(
-        "child_worker_runs_until_killed",
+        &harness::children::test_name(module_path!(), "child_worker_runs_until_killed"),
         &[
             ("TASK_DEDUP_PAUSE_CHILD_URL", url),
             ("TASK_DEDUP_PAUSE_CHILD_ID", id),
