@@ -164,7 +164,7 @@ fn child_worker(url: &str, name: &str) -> Child {
         .args([
             "--ignored",
             "--exact",
-            "child_worker_process",
+            &harness::children::test_name(module_path!(), "child_worker_process"),
             "--nocapture",
             "--test-threads=1",
         ])
@@ -621,7 +621,7 @@ async fn a_killed_worker_processs_tasks_are_run_by_another_worker(db: &TestDb) {
         .args([
             "--ignored",
             "--exact",
-            "child_worker_process",
+            &harness::children::test_name(module_path!(), "child_worker_process"),
             "--nocapture",
             "--test-threads=1",
         ])

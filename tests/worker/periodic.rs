@@ -400,7 +400,7 @@ impl Process {
             .args([
                 "--ignored",
                 "--exact",
-                "periodic_child_process",
+                &harness::children::test_name(module_path!(), "periodic_child_process"),
                 "--nocapture",
                 "--test-threads=1",
             ])

@@ -1,4 +1,8 @@
 //! The `metrics` feature: a known run on every dialect, counted by a recorder.
+//!
+//! A test binary of its own (`[[test]] metrics` in Cargo.toml, not a module of
+//! `worker/main.rs`): the recorder is the process's, and would count the runs of the
+//! tests beside it.
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
