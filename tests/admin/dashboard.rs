@@ -1177,10 +1177,10 @@ fn pinned_admin(name: &str) -> String {
 
 /// Server-side times of the dashboard's pages on PostgreSQL with 1,000,000 tasks (each
 /// page through the router: its queries and its rendering), and the plans of the
-/// statements they run that `tests/admin_plans.rs` does not show. Figures for
+/// statements they run that `tests/admin/plans.rs` does not show. Figures for
 /// BENCHMARKS.md, not a timed test: it asserts only that each page is served.
 ///
-/// `cargo test --test dashboard -- --ignored --nocapture dashboard_pages_on_a_million_tasks`
+/// `cargo test --test admin -- --ignored --nocapture dashboard_pages_on_a_million_tasks`
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "seeds 1,000,000 rows; prints timings for BENCHMARKS.md"]
 async fn dashboard_pages_on_a_million_tasks() {

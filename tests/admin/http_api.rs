@@ -4,15 +4,15 @@
 //! key, a failing projection write rolls the enqueue back.
 
 // The example itself, not a copy: its router, migrator and projection entity.
-#[path = "../examples/http_api.rs"]
+#[path = "../../examples/http_api.rs"]
 #[allow(dead_code)]
-mod http_api;
+mod example;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use example::workflow_run;
 use harness::{Pool, TestDb, matrix};
-use http_api::workflow_run;
 use reqwest::{Client, RequestBuilder, StatusCode, Url};
 use sea_orm::{EntityTrait, PaginatorTrait};
 use serde_json::{Value, json};
@@ -50,7 +50,7 @@ impl Drop for Server {
 }
 
 async fn start(db: &TestDb) -> Server {
-    http_api::Migrator::up(&db.db, None)
+    example::Migrator::up(&db.db, None)
         .await
         .expect("example migrations apply");
     let pool = db.pool(SERVER_POOL).await;
@@ -58,7 +58,7 @@ async fn start(db: &TestDb) -> Server {
         .await
         .expect("bind");
     let address = listener.local_addr().expect("address");
-    let app = http_api::router(pool.db.clone(), Some(admin_credentials()));
+    let app = example::router(pool.db.clone(), Some(admin_credentials()));
     let serve = tokio::spawn(async move { axum::serve(listener, app).await.expect("serve") });
     let client = Client::builder()
         .no_proxy()
@@ -101,8 +101,8 @@ impl Server {
 }
 
 /// The dashboard's credentials in the tests.
-fn admin_credentials() -> http_api::Credentials {
-    http_api::Credentials {
+fn admin_credentials() -> example::Credentials {
+    example::Credentials {
         user: "ops".to_owned(),
         password: "s3cret: with a colon".to_owned(),
     }

@@ -1,6 +1,6 @@
-//! The admin API on every dialect: lists (each filter, keyset pages stable under
-//! inserts), one task, the overview's counts, retry (never a duplicate, once under a
-//! race), cancel and delete rules, bulk actions with a limit, bad input refused before
+//! `TaskAdmin`, the admin API, on every dialect: lists (each filter, keyset pages stable
+//! under inserts), one task, the overview's counts, retry (never a duplicate, once under
+//! a race), cancel and delete rules, bulk actions with a limit, bad input refused before
 //! SQL, and everything inside a transaction rolled back with it.
 
 use std::collections::HashSet;

@@ -11,6 +11,10 @@
 //! print a `skipped` line, and fail under `CI=true` (`.ci/run` installs them). The
 //! overview, the filtered list and a task page are saved as
 //! `target/screenshots/overview.png`, `tasks.png` and `task.png` for review.
+//!
+//! A test binary of its own (`[[test]] browser` in Cargo.toml, not a module of
+//! `admin/main.rs`): what it needs beyond the databases is a browser, and
+//! `cargo test --test browser` runs it alone.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -27,10 +31,10 @@ use task_dedup_web::Dashboard;
 use uuid::Uuid;
 
 /// Runs each named `async fn(&TestDb, &Browser)` on SQLite and PostgreSQL (MySQL adds
-/// nothing the dashboard does differently: `tests/dashboard.rs` covers it over HTTP),
-/// each with a browser of its own. chromedriver and a Chromium session start in 1 to 2 s
-/// here, about 10 s of wall time for the 12 tests on 2 cores; one session shared by the
-/// tests would have to outlive each test's runtime and carry state from test to test.
+/// nothing the dashboard does differently: `tests/admin/dashboard.rs` covers it over
+/// HTTP), each with a browser of its own. chromedriver and a Chromium session start in 1
+/// to 2 s here, about 10 s of wall time for the 12 tests on 2 cores; one session shared by
+/// the tests would have to outlive each test's runtime and carry state from test to test.
 macro_rules! browser_matrix {
     ($($name:ident),* $(,)?) => {
         $(
