@@ -84,10 +84,10 @@ async fn seed(db: &TestDb) {
     }
 }
 
-/// The schema `tests/migrations.rs` pins for `step` of the migrations as they are.
+/// The schema `migrations.rs` pins for `step` of the migrations as they are.
 fn pinned(db: &TestDb, step: usize) -> String {
     let path = format!(
-        "{}/tests/snapshots/migrations__{}_step_{step}.snap",
+        "{}/tests/schema/snapshots/schema__migrations__{}_step_{step}.snap",
         env!("CARGO_MANIFEST_DIR"),
         db.dialect.name()
     );
@@ -102,7 +102,7 @@ fn pinned(db: &TestDb, step: usize) -> String {
 }
 
 /// Each migration applied online leaves exactly the schema it leaves when applied as
-/// is (the snapshots `tests/migrations.rs` pins), on a table with rows.
+/// is (the snapshots `migrations.rs` pins), on a table with rows.
 async fn online_steps_leave_the_schemas_of_the_migrations(db: &TestDb) {
     Migrator::up(&db.db, Some(1)).await.expect("first step");
     assert_eq!(schema(db).await, pinned(db, 1));

@@ -44,7 +44,7 @@ async fn has_table(db: &TestDb, table: &str) -> bool {
         .expect("has_table")
 }
 
-/// Pins the schema each migration step leaves, per dialect (`tests/snapshots/`), and that
+/// Pins the schema each migration step leaves, per dialect (`schema/snapshots/`), and that
 /// each step's `down` returns to the previous one. A released migration never changes:
 /// if this fails after an edit to one, undo the edit and write a new migration instead.
 async fn each_step_leaves_its_pinned_schema(db: &TestDb) {

@@ -16,7 +16,7 @@
 //! ```text
 //! TASK_DEDUP_LOAD_DIALECT=postgres|mysql TASK_DEDUP_LOAD_ROWS=5000000 \
 //!   TASK_DEDUP_LOAD_MODE=online|blocking \
-//!   cargo test --release --test online_load -- --ignored --nocapture
+//!   cargo test --release --test schema online_load:: -- --ignored --nocapture
 //! ```
 
 use std::sync::Arc;
