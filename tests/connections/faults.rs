@@ -2,7 +2,8 @@
 //! connection inside the caller's transaction, a killed worker process, a SQLite process
 //! killed mid-write, statement and lock timeouts. The server-restart tests are
 //! `#[ignore]`d: `.ci/run` runs them alone, at the end, so that no other test sees the
-//! restart (`cargo test --test faults -- --ignored --test-threads=1`).
+//! restart
+//! (`cargo test --test connections -- --ignored --test-threads=1 server_restart_under_load`).
 
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
@@ -602,13 +603,14 @@ async fn child_worker_holds_leases_until_killed() {
     }
 }
 
-/// Starts this test binary again, running only `test` with `url` in its environment.
+/// Starts this test binary again, running only `test` (of this module) with `url` in its
+/// environment.
 fn child(test: &str, url: &str) -> Child {
     Command::new(std::env::current_exe().expect("test binary"))
         .args([
             "--ignored",
             "--exact",
-            test,
+            &harness::children::test_name(module_path!(), test),
             "--nocapture",
             "--test-threads=1",
         ])

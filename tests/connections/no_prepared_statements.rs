@@ -7,7 +7,7 @@
 //!
 //! On a direct PostgreSQL server: two endpoints of one database are the same server
 //! under two host names (`127.0.0.1`, `localhost`). Through real poolers:
-//! `tests/poolers.rs`. SQLite and MySQL/MariaDB ignore the mode: their part checks that
+//! `pgbouncer.rs`. SQLite and MySQL/MariaDB ignore the mode: their part checks that
 //! the handle changes nothing there.
 
 use std::collections::HashSet;
