@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # PgBouncer in front of the test PostgreSQL (127.0.0.1:5432), for the pooler suite
-# (tests/poolers.rs), in transaction pooling:
+# (tests/connections/pgbouncer.rs), in transaction pooling:
 #
 #   eval "$(.ci/pgbouncer.sh start)"        # PgBouncer 1.25 on 127.0.0.1:6432
 #   eval "$(.ci/pgbouncer.sh start old)"    # and Debian's PgBouncer 1.18 on 127.0.0.1:6433

@@ -30,14 +30,14 @@ out="bench/results/online-upgrade-$(date -u +%Y%m%dT%H%M%SZ).txt"
 echo "rows=$rows $(git rev-parse --short HEAD)" | tee -a "$out"
 for dialect in $dialects; do
     if [ "$dialect" = sqlite ]; then
-        TASK_DEDUP_LOAD_ROWS=$rows cargo test "${flags[@]}" --test online_load sqlite_build_time \
+        TASK_DEDUP_LOAD_ROWS=$rows cargo test "${flags[@]}" --test schema online_load::sqlite_build_time \
             -- --ignored --nocapture 2>&1 | grep '^\[load\]' | tee -a "$out"
         continue
     fi
     for mode in $modes; do
         echo "== $dialect $mode ${ONLINE_START:-first}" | tee -a "$out"
         TASK_DEDUP_LOAD_START=${ONLINE_START:-first} TASK_DEDUP_LOAD_DIALECT=$dialect TASK_DEDUP_LOAD_MODE=$mode TASK_DEDUP_LOAD_ROWS=$rows \
-            cargo test "${flags[@]}" --test online_load upgrade_under_load \
+            cargo test "${flags[@]}" --test schema online_load::upgrade_under_load \
             -- --ignored --nocapture 2>&1 | grep -E -A1 '^\[load\]|panicked' | grep -v '^--$' \
             | tee -a "$out" || echo "== $dialect $mode failed" | tee -a "$out"
     done

@@ -243,3 +243,25 @@ fn every_layer_names_only_layers_listed_before_it() {
         }
     }
 }
+
+/// The dialects' statements are text, not programs: every one is whole in a SQL file,
+/// and the one render step (`dialect/render.rs`) fills its markers. A `macro_rules!` in
+/// `dialect/` would be SQL composed again (issue 51).
+#[test]
+fn no_macro_composes_sql() {
+    let root = source_root();
+    let mut files = Vec::new();
+    let dialect = ModPath::default();
+    self::files(&root.join("dialect"), &dialect, &mut files);
+    assert!(!files.is_empty(), "no files under dialect/");
+    let macros: Vec<String> = files
+        .iter()
+        .filter(|(path, _)| {
+            std::fs::read_to_string(path)
+                .expect("read")
+                .contains("macro_rules!")
+        })
+        .map(|(path, _)| path.display().to_string())
+        .collect();
+    assert!(macros.is_empty(), "macro_rules! in {macros:?}");
+}

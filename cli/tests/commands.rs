@@ -1,25 +1,22 @@
 //! The `task-dedup` binary, run as an operator would, on SQLite, PostgreSQL and
-//! MySQL/MariaDB (the workspace's dialect-matrix harness, `tests/common`): each
+//! MySQL/MariaDB (the workspace's dialect-matrix harness, `tests/harness`): each
 //! subcommand's effect read back from the database and its `--json` parsed; bad input
 //! refused with one line and status 2 before any connection; an unmigrated database
 //! named as such; an unreachable one named within the probe's seconds.
 // A test file: a panic is how it fails.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
 use chrono::Duration;
-use common::TestDb;
-use common::rows::{self, at};
+use harness::rows::{self, at};
+use harness::{TestDb, matrix};
 use sea_orm::sea_query::Expr;
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
 use serde_json::Value;
-use task_dedup::{TaskAdmin, TaskStatus, TaskWorker, task_run};
+use task_dedup::{TaskAdmin, TaskLifecycle, TaskStatus, task_run};
 use uuid::Uuid;
 
 const BIN: &str = env!("CARGO_BIN_EXE_task-dedup");
@@ -532,10 +529,10 @@ fn an_unreachable_database_is_named() {
     ] {
         match std::env::var(var) {
             Ok(admin) => {
-                let bad_user = common::with_database(&admin, "x").replacen(user, "nobody@", 1);
+                let bad_user = harness::with_database(&admin, "x").replacen(user, "nobody@", 1);
                 cases.push((bad_user, "authentication failed"));
                 cases.push((
-                    common::with_database(&admin, "task_dedup_no_such_db"),
+                    harness::with_database(&admin, "task_dedup_no_such_db"),
                     "no such database",
                 ));
             }
@@ -591,7 +588,7 @@ fn a_closed_stdout_is_no_panic() {
 /// `-s` (PostgreSQL's search path) reaches the admin commands' pool as it does migrate's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_schema_flag_picks_the_postgres_schema() {
-    common::run(common::Dialect::Postgres, "schema_flag", schema_flag).await;
+    harness::run(harness::Dialect::Postgres, "schema_flag", schema_flag).await;
 }
 
 async fn schema_flag(db: &TestDb) {

@@ -1,12 +1,9 @@
 //! The provider as a Loco application uses it, on SQLite, PostgreSQL and MySQL/MariaDB
-//! (the workspace's dialect-matrix harness, `tests/common`): workers registered through
+//! (the workspace's dialect-matrix harness, `tests/harness`): workers registered through
 //! Loco's `Queue::register`, jobs enqueued through `BackgroundWorker::perform_later`,
 //! run by Loco's `Queue::run`, each outcome read back from `task_run`.
 // A test file: a panic is how it fails.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
-
-#[path = "../../tests/common/mod.rs"]
-mod common;
 
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader};
@@ -17,7 +14,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use common::{Dialect, TestDb, run};
+use harness::{Dialect, TestDb, matrix, run};
 use loco_rs::app::AppContext;
 use loco_rs::bgworker::{BackgroundWorker, JobStatus, Queue, QueueProvider};
 use loco_rs::config::{Config, WorkerMode};
@@ -687,13 +684,13 @@ async fn child_loco_worker_process() {
 /// worker runs: no call fails (the queue's 30 s retry budget), every job enqueued runs
 /// once and succeeds, and the worker is still running after.
 async fn perform_later_rides_out_a_server_restart(db: &TestDb) {
-    let Some(restart) = common::restart_command(db.dialect) else {
+    let Some(restart) = harness::restart_command(db.dialect) else {
         return;
     };
     db.migrate().await;
     let pool = db.pool(16).await;
     let (ctx, _queue) = app(&pool.db).await;
-    let started_at = common::server_started_at(&pool.db, db.dialect).await;
+    let started_at = harness::server_started_at(&pool.db, db.dialect).await;
     let runner = {
         let queue = provider(&ctx);
         tokio::spawn(async move { queue.run(Vec::new()).await })
@@ -723,7 +720,7 @@ async fn perform_later_rides_out_a_server_restart(db: &TestDb) {
         }));
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
-    common::restart_server(restart).await;
+    harness::restart_server(restart).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     stop.store(true, Ordering::Relaxed);
     let (mut ids, mut errors) = (HashSet::new(), Vec::new());
@@ -733,7 +730,7 @@ async fn perform_later_rides_out_a_server_restart(db: &TestDb) {
         errors.extend(e);
     }
     assert_ne!(
-        common::server_started_at(&pool.db, db.dialect).await,
+        harness::server_started_at(&pool.db, db.dialect).await,
         started_at,
         "the server really restarted"
     );

@@ -1,7 +1,7 @@
 //! Creates `task_run` with its lookup and claim indexes.
 //!
 //! Released in 0.1.0 and frozen: this file states the DDL as it was released, per
-//! dialect, and must never change (the snapshot tests in `tests/migrations.rs` fail if
+//! dialect, and must never change (the snapshot tests in `tests/schema/migrations.rs` fail if
 //! what it creates does). A schema change is a new migration file.
 //!
 //! Idempotent (`IF NOT EXISTS`, indexes created only when missing), so it also runs

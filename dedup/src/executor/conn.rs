@@ -325,7 +325,7 @@ impl<'c> Conn<'c> {
     /// auto-checkpoint only when a write statement steps to its end, and sqlx's
     /// `fetch_optional`/`fetch_one` reset the statement after the first row. The write
     /// commits either way, but the WAL is then never checkpointed and grows with every
-    /// write until the last connection closes (`tests/sqlite.rs`; 900 MB for 20,000 tasks
+    /// write until the last connection closes (`tests/connections/sqlite.rs`; 900 MB for 20,000 tasks
     /// through a worker, every read slower for it).
     ///
     /// `unprepared`: on PostgreSQL, without a named prepared statement

@@ -4,13 +4,10 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)] // tests may panic on what they did not expect
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::TestDb;
+use harness::{TestDb, matrix};
 use sea_orm::EntityTrait;
 use sea_orm_migration::MigratorTrait;
 use task_dedup::{CancellationToken, Enqueued, TaskDedup};
