@@ -43,6 +43,7 @@
 //! | `m20261204_000010_task_dedup_snoozes` | `snoozes`, how many times a handler snoozed the task (bounds a handler that snoozes for ever) |
 //! | `m20261205_000011_task_dedup_limits` | the table `task_dedup_limits` (flow control per task type: running tasks anywhere, per user, starts per window) |
 //! | `m20261206_000012_task_dedup_virtual_markers` | MySQL/MariaDB: `occupied` and `running_slot` made VIRTUAL (added instantly by an online upgrade; an existing STORED pair is converted by one table copy); nothing elsewhere |
+//! | `m20261207_000013_task_dedup_lean_indexes` | PostgreSQL: `task_run`'s indexes partial to the rows each serves (the queue, the running tasks, the history), 12 index entries per task's life instead of 28, `fillfactor` 70; nothing elsewhere |
 //!
 //! [`online`] builds the same schema without stopping a live table's writes:
 //! `CREATE INDEX CONCURRENTLY` on PostgreSQL, InnoDB online DDL on MySQL/MariaDB
@@ -89,6 +90,7 @@ mod m20261203_000009_task_dedup_pooler_function;
 mod m20261204_000010_task_dedup_snoozes;
 mod m20261205_000011_task_dedup_limits;
 mod m20261206_000012_task_dedup_virtual_markers;
+mod m20261207_000013_task_dedup_lean_indexes;
 pub mod online;
 mod sql;
 
@@ -113,6 +115,7 @@ pub fn migrations() -> Vec<Box<dyn MigrationTrait>> {
         Box::new(m20261204_000010_task_dedup_snoozes::Migration),
         Box::new(m20261205_000011_task_dedup_limits::Migration),
         Box::new(m20261206_000012_task_dedup_virtual_markers::Migration),
+        Box::new(m20261207_000013_task_dedup_lean_indexes::Migration),
     ]
 }
 

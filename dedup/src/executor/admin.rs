@@ -30,7 +30,7 @@ pub(crate) struct ListArgs<'a> {
 impl ListArgs<'_> {
     fn shape(&self) -> ListShape {
         ListShape {
-            statuses: self.statuses.len(),
+            statuses: admin::Statuses::of(self.statuses),
             task_type: self.task_type.is_some(),
             user_id: self.user_id.is_some(),
             key_prefix: self.key_prefix.is_some(),
@@ -38,12 +38,22 @@ impl ListArgs<'_> {
             created_before: self.created_before.is_some(),
             after: self.after.is_some(),
             newest_first: self.newest_first,
+            bound: 1 << crate::dialect::render::bound(self.limit),
         }
     }
 
     /// The values, in the order [`ListShape`] documents.
     fn values(&self, dialect: Dialect) -> Vec<Arg<'_>> {
-        let mut values: Vec<Arg<'_>> = self.statuses.iter().map(|s| Arg::Str(s)).collect();
+        let mut values: Vec<Arg<'_>> = match dialect {
+            // The statuses are written in PostgreSQL's text (`dialect::admin`).
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => Vec::new(),
+            #[allow(unreachable_patterns)]
+            _ => admin::Statuses::of(self.statuses)
+                .names()
+                .map(Arg::Str)
+                .collect(),
+        };
         values.extend(self.task_type.map(Arg::Str));
         values.extend(self.user_id.map(Arg::Str));
         if let Some(prefix) = self.key_prefix {
@@ -113,6 +123,39 @@ pub(crate) fn prefix_range(prefix: &str) -> String {
 }
 
 impl Executor<'_> {
+    /// Whether the admin API's reads go through [`Executor::admin_rows`]'s transaction:
+    /// PostgreSQL on a pool (a caller's transaction is left as it is: the setting would
+    /// outlive the read there).
+    fn admin_reads_without_jit(&self) -> bool {
+        match self.dialect {
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => !self.in_transaction(),
+            #[allow(unreachable_patterns)]
+            _ => false,
+        }
+    }
+
+    /// The rows of an admin read: on PostgreSQL on a pool in a transaction of its own
+    /// with JIT off (`admin.sql`'s `without_jit` says why), elsewhere as they come.
+    async fn admin_rows(
+        &mut self,
+        sql: impl Into<std::borrow::Cow<'static, str>>,
+        values: Vec<Arg<'_>>,
+    ) -> Result<Vec<sea_orm::QueryResult>, Failure> {
+        #[cfg(feature = "postgres")]
+        if self.admin_reads_without_jit() {
+            let mut txn = self.begin(false).await?;
+            let outcome = async {
+                let without_jit = crate::dialect::postgres::sql().without_jit.as_str();
+                txn.affected(without_jit, vec![]).await?;
+                txn.rows(sql, values).await
+            }
+            .await;
+            return txn.finish(outcome).await;
+        }
+        self.rows(sql, values).await
+    }
+
     /// One page of tasks.
     pub(crate) async fn list(
         &mut self,
@@ -120,6 +163,17 @@ impl Executor<'_> {
     ) -> Result<Vec<task_run::Model>, Failure> {
         let sql = admin::list(self.dialect, list.shape());
         let values = list.values(self.dialect);
+        #[cfg(feature = "postgres")]
+        if self.admin_reads_without_jit() {
+            let mut txn = self.begin(false).await?;
+            let outcome = async {
+                let without_jit = crate::dialect::postgres::sql().without_jit.as_str();
+                txn.affected(without_jit, vec![]).await?;
+                txn.tasks(sql, values).await
+            }
+            .await;
+            return txn.finish(outcome).await;
+        }
         self.tasks(sql, values).await
     }
 
@@ -154,7 +208,7 @@ impl Executor<'_> {
     /// Every task type there is, in order.
     pub(crate) async fn task_types(&mut self) -> Result<Vec<String>, Failure> {
         let rows = self
-            .rows(self.dialect.admin().task_types.as_str(), vec![])
+            .admin_rows(self.dialect.admin().task_types.as_str(), vec![])
             .await?;
         Ok(rows
             .iter()
@@ -179,7 +233,7 @@ impl Executor<'_> {
             .flat_map(|_| [Arg::Str(task_type), Arg::I64(limit)])
             .collect();
         let rows = self
-            .rows(self.dialect.admin().counts_of_type.as_str(), values)
+            .admin_rows(self.dialect.admin().counts_of_type.as_str(), values)
             .await?;
         Ok(rows
             .iter()
@@ -191,7 +245,7 @@ impl Executor<'_> {
     /// since the epoch, count).
     pub(crate) async fn throughput(&mut self) -> Result<Vec<(String, i64, i64)>, Failure> {
         let rows = self
-            .rows(self.dialect.admin().throughput.as_str(), vec![])
+            .admin_rows(self.dialect.admin().throughput.as_str(), vec![])
             .await?;
         Ok(rows
             .iter()
@@ -208,7 +262,7 @@ impl Executor<'_> {
     /// The creation time of the oldest queued task of each type.
     pub(crate) async fn oldest_queued(&mut self) -> Result<Vec<(String, Time)>, Failure> {
         let rows = self
-            .rows(self.dialect.admin().oldest_queued.as_str(), vec![])
+            .admin_rows(self.dialect.admin().oldest_queued.as_str(), vec![])
             .await?;
         Ok(rows
             .iter()

@@ -511,6 +511,8 @@ pub(super) async fn prepare(run: &Run<'_>, name: &str) -> Result<(), OnlineError
         "m20261204_000010_task_dedup_snoozes" => {
             conn.column(run, name, "snoozes", SNOOZES).await?;
         }
+        // PostgreSQL's indexes only.
+        "m20261207_000013_task_dedup_lean_indexes" => {}
         "m20261206_000012_task_dedup_virtual_markers" => {
             let stored = mysql_stored_columns(&manager).await?;
             if !stored.is_empty() {

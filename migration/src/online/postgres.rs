@@ -17,6 +17,10 @@ use sea_orm_migration::sea_orm::{DatabaseConnectionType, RuntimeErr};
 use super::{Method, OnlineError, Run, retry_pause};
 use crate::m20261130_000002_task_dedup_active_resource_uidx::cancel_duplicate_active;
 use crate::m20261201_000005_task_dedup_serial_per_key::exempt_running_duplicates;
+use crate::m20261207_000013_task_dedup_lean_indexes::{
+    POSTGRES_DROPPED, POSTGRES_FILLFACTOR, POSTGRES_INDEXES, POSTGRES_RUNNING, RUNNING_INTERIM,
+    running_is_lean,
+};
 use crate::sql::{self, Dialect};
 
 /// Whether index `$1` of `task_run` exists, and whether it is valid.
@@ -26,7 +30,7 @@ const INDEX_STATE: &str = "SELECT i.indisvalid AS valid FROM pg_index i \
 
 /// The indexes task-dedup builds, final and interim names: the INVALID ones among them
 /// are dropped by [`repair`] and built again.
-const OURS: [&str; 13] = [
+const OURS: [&str; 18] = [
     "task_run_lookup_idx",
     "task_run_claim_idx",
     CLAIM_INTERIM,
@@ -40,6 +44,11 @@ const OURS: [&str; 13] = [
     "task_run_key_prefix_idx",
     "task_run_user_queue_idx",
     "task_run_slot_uidx",
+    "task_run_queue_idx",
+    "task_run_type_status_idx",
+    "task_run_key_idx",
+    "task_run_retention_idx",
+    RUNNING_INTERIM,
 ];
 
 // m20261130_000001_task_dedup_create_task_run (on a table that exists already).
@@ -229,7 +238,8 @@ pub(super) async fn prepare(run: &Run<'_>, name: &str) -> Result<(), OnlineError
             conn.column(run, name, "run_at", RUN_AT).await?;
             conn.column(run, name, "priority", PRIORITY).await?;
             let columns = sql::index_columns(&manager, Dialect::Postgres, "task_run_claim_idx");
-            if !columns.await?.iter().any(|c| c == "priority") {
+            // A lean table (migration 13) has no claim index of this kind to replace.
+            if !conn.lean && !columns.await?.iter().any(|c| c == "priority") {
                 let interim = (CLAIM_INTERIM, SCHEDULED_CLAIM_INDEX);
                 conn.index(run, name, interim, Dedup::Nothing).await?;
                 conn.replace(run, name, "task_run_claim_idx", CLAIM_INTERIM)
@@ -281,6 +291,28 @@ pub(super) async fn prepare(run: &Run<'_>, name: &str) -> Result<(), OnlineError
         "m20261204_000010_task_dedup_snoozes" => {
             conn.column(run, name, "snoozes", SNOOZES).await?;
         }
+        "m20261207_000013_task_dedup_lean_indexes" => {
+            for (index, create) in POSTGRES_INDEXES {
+                let create = create.replace("CREATE INDEX ", "CREATE INDEX CONCURRENTLY ");
+                conn.index(run, name, (index, &create), Dedup::Nothing)
+                    .await?;
+            }
+            if !running_is_lean(&manager).await? {
+                // The old index keeps one run per key while the new one builds (no
+                // writer can add a second), and stands until the new one replaces it.
+                let create = POSTGRES_RUNNING
+                    .replace("CREATE UNIQUE INDEX ", "CREATE UNIQUE INDEX CONCURRENTLY ");
+                let interim = (RUNNING_INTERIM, create.as_str());
+                conn.index(run, name, interim, Dedup::Nothing).await?;
+                conn.replace(run, name, "task_running_resource_uidx", RUNNING_INTERIM)
+                    .await?;
+            }
+            for index in POSTGRES_DROPPED {
+                conn.drop_index(run, name, index).await?;
+            }
+            // A storage parameter: SHARE UPDATE EXCLUSIVE, no writer waits.
+            conn.brief(run, "fillfactor", POSTGRES_FILLFACTOR).await?;
+        }
         other => return Err(super::unplanned(other)),
     }
     Ok(())
@@ -330,6 +362,10 @@ pub(super) async fn repair(run: &Run<'_>) -> Result<Vec<String>, OnlineError> {
 /// One connection of the pool, held for a step.
 struct Session {
     conn: PoolConnection<sqlx::Postgres>,
+    /// Whether the table has migration 13's lean indexes already: then no earlier step
+    /// builds an index that step drops (an online run goes through every step, applied
+    /// or not, and would build each of them on a big table only to drop it).
+    lean: bool,
 }
 
 impl Session {
@@ -348,7 +384,9 @@ impl Session {
             .map_err(db_err)?;
         // Its `lock_timeout` must not reach the pool's other users.
         conn.close_on_drop();
-        Ok(Session { conn })
+        let lean =
+            run.manager().has_table("task_run").await? && running_is_lean(&run.manager()).await?;
+        Ok(Session { conn, lean })
     }
 
     /// Runs `sql` with `lock_timeout` set to `timeout_ms` (0: no limit).
@@ -451,6 +489,9 @@ impl Session {
         (name, sql): (&str, &str),
         dedup: Dedup,
     ) -> Result<(), OnlineError> {
+        if self.lean && POSTGRES_DROPPED.contains(&name) {
+            return Ok(());
+        }
         match self.index_state(name).await? {
             Some(true) => return Ok(()),
             Some(false) => self.drop_index(run, migration, name).await?,

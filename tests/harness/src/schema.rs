@@ -82,6 +82,8 @@ async fn describe_task_run(db: &DatabaseConnection, dialect: Dialect) -> String 
              FROM pg_constraint WHERE conrelid = 'task_run'::regclass \
              UNION ALL SELECT 'trigger ' || pg_get_triggerdef(oid) FROM pg_trigger \
              WHERE tgrelid = 'task_run'::regclass AND NOT tgisinternal \
+             UNION ALL SELECT 'storage ' || array_to_string(reloptions, ', ') FROM pg_class \
+             WHERE oid = 'task_run'::regclass AND reloptions IS NOT NULL \
              UNION ALL SELECT 'function ' || p.proname || ' ' || p.prosrc \
              FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
              WHERE n.nspname = current_schema() AND p.proname LIKE 'task_dedup%' \

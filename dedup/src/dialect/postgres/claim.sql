@@ -4,7 +4,8 @@
 -- limit would otherwise meet another's in `task_run_slot_uidx`).
 --
 -- `id = ANY(ARRAY(...))`: the selection runs once, then one primary-key lookup per task.
--- `task_run_claim_idx (status, priority DESC, run_at, created_at, id)` serves the order.
+-- `task_run_queue_idx (priority DESC, run_at, created_at, id) WHERE status = 'queued'`
+-- serves the order.
 --
 -- Due: queued, `run_at` passed, the type not paused, no limits of its own, and no limit
 -- across all types set (the row of the empty type, which no task has: while one is, every

@@ -26,8 +26,8 @@ ORDER BY task_type
 FOR UPDATE;
 
 -- name: running
--- One type's running tasks ($1): `task_run_type_status_created_idx` leads with the type and
--- the status.
+-- One type's running tasks ($1): `task_running_resource_uidx` holds every running task and
+-- leads with the type.
 SELECT user_id, run_slot
 FROM task_run
 WHERE task_type = $1
@@ -306,8 +306,8 @@ FROM (
 LIMIT $3;
 
 -- name: running_users
--- Every running task's user (the limit across all types counts them per user):
--- `task_run_claim_idx` leads with the status.
+-- Every running task's user (the limit across all types counts them per user), from
+-- `task_running_resource_uidx`, which holds every running task.
 SELECT user_id
 FROM task_run
 WHERE status = 'running';
@@ -350,9 +350,11 @@ LIMIT $3;
 
 -- name: fair_users
 -- A fair claim's walk over the users with queued tasks of one type ($1), in order from the
--- one after a cursor ($2), $3 users at most: one index lookup per user.
--- `task_run_user_queue_idx (task_type, user_id, ...) WHERE status = 'queued'` serves each
--- step's `min` and the heads' order.
+-- one after a cursor ($2), $3 users at most. Each step reads `task_active_resource_uidx`
+-- (user, type, key: every queued task holds its key, so the index has them all) from the
+-- user after the last one: no index of queued tasks by user is kept for fairness alone,
+-- which every task would pay for (migration 13). `{{occupies_key}}` is the index's
+-- predicate, implied by `status = 'queued'` but spelled out for the planner.
 WITH RECURSIVE walk (user_id, n) AS (
     SELECT (
         SELECT min(user_id)
@@ -360,6 +362,7 @@ WITH RECURSIVE walk (user_id, n) AS (
         WHERE task_type = $1
             AND status = 'queued'
             AND user_id > $2
+            AND {{occupies_key}}
     ), 1
     UNION ALL
     SELECT (
@@ -368,6 +371,7 @@ WITH RECURSIVE walk (user_id, n) AS (
         WHERE t.task_type = $1
             AND t.status = 'queued'
             AND t.user_id > walk.user_id
+            AND {{occupies_key}}
     ), walk.n + 1
     FROM walk
     WHERE walk.user_id IS NOT NULL
@@ -380,7 +384,8 @@ WHERE user_id IS NOT NULL;
 -- name: fair_heads
 -- One user's next due tasks of one type, as `candidates` selects them, without locks (the
 -- type's lock keeps other claims of the type out, and `claim_ids` starts only what is
--- still queued): $1 the type, $2 the user, $3 how many.
+-- still queued): $1 the type, $2 the user, $3 how many. The user's tasks of the type are
+-- read from `task_active_resource_uidx` (its predicate spelled out), then ordered.
 SELECT id, user_id, task_type, resource_key, concurrent
 FROM task_run t
 WHERE status = 'queued'
@@ -388,6 +393,7 @@ WHERE status = 'queued'
     AND NOT EXISTS (SELECT 1 FROM task_dedup_paused p WHERE p.task_type = t.task_type OFFSET 0)
     AND task_type = $1
     AND user_id = $2
+    AND {{occupies_key}}
     AND (
         concurrent
         OR NOT EXISTS (

@@ -4,7 +4,9 @@
 -- Deletes a batch of the oldest finished tasks of one status: $1 status, $2 minus the age
 -- (an offset from now, in microseconds), $3 how many at most. A period task keeps its
 -- window until the window is over, finished or not. The oldest first, through
--- `task_run_finished_idx`; SKIP LOCKED: pruners running at once from several workers take
+-- `task_run_retention_idx`, which holds finished tasks only: the literal statuses let the
+-- planner use it whatever $1 is (a generic plan cannot prove a partial index's predicate
+-- from a parameter). SKIP LOCKED: pruners running at once from several workers take
 -- different rows instead of queueing behind each other. `id = ANY(ARRAY(...))`: the batch
 -- is chosen once, then one primary-key lookup per row.
 DELETE FROM task_run
@@ -12,6 +14,7 @@ WHERE id = ANY(ARRAY(
     SELECT id
     FROM task_run
     WHERE status = $1
+        AND status IN ('succeeded', 'failed', 'cancelled')
         AND finished_at < statement_timestamp() + $2 * interval '1 microsecond'
         AND dedup_window_end <= extract(epoch FROM statement_timestamp())
     ORDER BY finished_at

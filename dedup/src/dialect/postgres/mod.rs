@@ -52,6 +52,8 @@ pub(crate) struct Sql {
     pub probe: String,
     /// Checks the guarantee without writing ([`guard_failure`] reads its error).
     pub guard: String,
+    /// Turns JIT off for the rest of a transaction of the admin API's own.
+    pub without_jit: String,
     /// What rendering [`FILES`] met: nothing (a unit test checks).
     #[cfg_attr(not(test), allow(dead_code))]
     pub problems: Vec<String>,
@@ -95,6 +97,7 @@ fn build() -> Sql {
         notify_cancel: files.text("wakeups", "notify_cancel"),
         probe: files.text("wakeups", "probe"),
         guard: files.text("schema", "guard"),
+        without_jit: files.text("admin", "without_jit"),
         problems: files.finish(),
     }
 }

@@ -31,6 +31,28 @@ FROM task_run
 GROUP BY task_type, status
 ORDER BY task_type, status;
 
+-- name: task_types
+-- Every task type there is, one index descent per type (a recursive skip over
+-- `task_run_type_status_created_idx`), then walks that stop at the limit
+-- (`counts_of_type`).
+WITH RECURSIVE types(task_type) AS (
+    SELECT MIN(task_type)
+    FROM task_run
+    UNION ALL
+    SELECT (
+        SELECT r.task_type
+        FROM task_run r
+        WHERE r.task_type > types.task_type
+        ORDER BY r.task_type
+        LIMIT 1
+    )
+    FROM types
+    WHERE types.task_type IS NOT NULL
+)
+SELECT task_type
+FROM types
+WHERE task_type IS NOT NULL;
+
 -- name: counts_of_type
 SELECT 'cancelled' AS status, COUNT(*) AS n
 FROM (
