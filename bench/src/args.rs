@@ -145,6 +145,9 @@ pub enum Workload {
     /// The pruner alone on `--history` expired finished tasks, in the default batches:
     /// its time per 10,000 rows.
     Prune,
+    /// The physical work per task (WAL or redo bytes, index entries) of each phase of a
+    /// task's life (`cost.rs`); PostgreSQL and MySQL/MariaDB.
+    Cost,
 }
 
 /// How bench workers learn of new tasks (`task_dedup::Wakeups`).

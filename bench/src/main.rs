@@ -14,6 +14,7 @@
 mod args;
 mod bulk;
 mod check;
+mod cost;
 mod history;
 mod run;
 mod strategy;
@@ -29,6 +30,13 @@ async fn main() {
     let args = Args::parse();
     if args.workload == args::Workload::Prune {
         if let Err(error) = history::run_prune(&args).await {
+            eprintln!("task-dedup-bench: {error}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    if args.workload == args::Workload::Cost {
+        if let Err(error) = cost::run(&args).await {
             eprintln!("task-dedup-bench: {error}");
             std::process::exit(1);
         }

@@ -46,7 +46,7 @@ pub async fn run(args: &Args) -> Result<(), String> {
     }
 }
 
-async fn open(args: &Args, log_statements: bool) -> Result<DatabaseConnection, String> {
+pub(crate) async fn open(args: &Args, log_statements: bool) -> Result<DatabaseConnection, String> {
     let mut options = ConnectOptions::new(args.url.clone());
     options
         .max_connections(args.pool)
@@ -72,7 +72,7 @@ async fn prefill(db: &DatabaseConnection, phase: &str, n: usize) -> Result<(), S
 }
 
 /// `n` tasks of `scope` with keys of their own, enqueued in batches.
-async fn prefill_scoped(
+pub(crate) async fn prefill_scoped(
     db: &DatabaseConnection,
     phase: &str,
     n: usize,
@@ -102,7 +102,7 @@ async fn prefill_scoped(
 /// estimates: a near tie between the claim index in order and a bitmap scan of every
 /// queued task with a sort, which reads (and probes the key of) all 10,000 per claim.
 /// Which one won flipped from run to run and made drains 0.5-2 x apart.
-async fn analyze(db: &DatabaseConnection) -> Result<(), String> {
+pub(crate) async fn analyze(db: &DatabaseConnection) -> Result<(), String> {
     let sql = match db.get_database_backend() {
         DbBackend::Postgres => "ANALYZE task_run",
         DbBackend::MySql => "ANALYZE TABLE task_run",
@@ -239,7 +239,7 @@ async fn throughput(args: &Args) -> Result<(), String> {
     Ok(())
 }
 
-async fn drain_with_workers(args: &Args, db: &DatabaseConnection, n: usize) -> Result<(), String> {
+pub(crate) async fn drain_with_workers(args: &Args, db: &DatabaseConnection, n: usize) -> Result<(), String> {
     let shutdown = CancellationToken::new();
     let started = Arc::new(AtomicUsize::new(0));
     let last = shutdown.clone();

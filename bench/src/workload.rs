@@ -38,7 +38,8 @@ pub fn key(
         | Workload::WorkerLatency
         | Workload::WorkerIdle
         | Workload::WorkerBlocked
-        | Workload::Prune => {
+        | Workload::Prune
+        | Workload::Cost => {
             format!("{phase}-{client}-{seq}")
         }
         Workload::Dup | Workload::Churn | Workload::Replace => return hot_key(rng.below(keys)),
