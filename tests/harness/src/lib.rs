@@ -503,12 +503,22 @@ pub async fn server_started_at(db: &DatabaseConnection, dialect: Dialect) -> Str
               FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'UPTIME'"
         }
     };
-    let row = db
-        .query_one_raw(Statement::from_string(dialect.backend(), sql))
-        .await
-        .expect("server start")
-        .expect("a row");
-    row.try_get("", "started").expect("started")
+    // Right after a restart the pool's connections are dead and the server may still be
+    // recovering: ask again until it answers, for as long as a slow CI machine may need.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    loop {
+        match db
+            .query_one_raw(Statement::from_string(dialect.backend(), sql))
+            .await
+        {
+            Ok(row) => return row.expect("a row").try_get("", "started").expect("started"),
+            Err(err) if std::time::Instant::now() < deadline => {
+                eprintln!("[task-dedup tests] {dialect:?} not answering yet: {err}");
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            }
+            Err(err) => panic!("{dialect:?} did not answer within 90 s: {err}"),
+        }
+    }
 }
 
 /// The shell command that restarts `dialect`'s server (`TASK_DEDUP_<DIALECT>_RESTART`,
