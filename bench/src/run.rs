@@ -216,7 +216,13 @@ pub async fn prepare_schema(args: &Args) -> Result<(), String> {
             .await
             .map_err(|e| e.to_string())?;
     }
-    Migrator::up(&db, None).await.map_err(|e| e.to_string())?;
+    // BENCH_MIGRATIONS=<n>: only the first n migrations, the schema as an earlier release
+    // left it (e.g. 12: the indexes before the lean set), run by the same statements.
+    let steps = match std::env::var("BENCH_MIGRATIONS") {
+        Ok(n) => Some(n.parse::<u32>().map_err(|e| format!("BENCH_MIGRATIONS: {e}"))?),
+        Err(_) => None,
+    };
+    Migrator::up(&db, steps).await.map_err(|e| e.to_string())?;
     // An index's write cost: the same binary without it (bench/pairs.sh, BENCHMARKS.md
     // "Key-prefix lists and MariaDB pruners").
     if let Ok(index) = std::env::var("BENCH_DROP_INDEX") {

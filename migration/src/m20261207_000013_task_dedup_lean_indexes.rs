@@ -31,9 +31,8 @@
 //! Measured on PostgreSQL 15 (bench notes, "Cost per task"): WAL per task's life 0.54 ×
 //! what it was, per create 0.61 ×.
 //!
-//! SQLite and MySQL/MariaDB are left as they are: their indexes cost otherwise (InnoDB
-//! writes a secondary index only when its key columns change; SQLite has no WAL cost of
-//! this kind), and nothing they run depends on this step.
+//! SQLite and MySQL/MariaDB are left as they are: neither has partial indexes, so this
+//! step's design does not carry over, and nothing they run depends on it.
 //!
 //! Online ([`online`](crate::online)): each new index is built `CONCURRENTLY` before
 //! anything is dropped; the running index under an interim name, then put in the old
