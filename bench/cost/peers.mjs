@@ -55,7 +55,11 @@ async function measure(db, phase, fn) {
   const tasks = await fn();
   const ms = Date.now() - t0;
   const to = await lsn(db.ctl);
-  // pg_get_wal_records_info (PG15) refuses an end past the flushed WAL.
+  // pg_get_wal_records_info (PG15) refuses an end past the flushed WAL, and records after a
+  // phase's last commit (a claim's final prunes) stay unflushed while the cluster is idle: a
+  // transaction with an xid commits after `to` (outside the window, before the next `from`),
+  // and the WAL writer flushes past it within wal_writer_delay.
+  await db.ctl.query('SELECT pg_current_xact_id()');
   for (let i = 0; ; i++) {
     const { rows } = await db.ctl.query('SELECT pg_current_wal_flush_lsn() >= $1::pg_lsn AS ok', [to]);
     if (rows[0].ok) break;

@@ -6,8 +6,11 @@
 -- phase, in the phase's database. Run it from that database: pg_walinspect's
 -- pg_get_wal_records_info (PostgreSQL 15 contrib, `CREATE EXTENSION pg_walinspect`) reads
 -- the records whose start LSN is in [from, to). On PostgreSQL 15 it refuses a `to` past
--- the flushed WAL, so the caller waits until pg_current_wal_flush_lsn() >= to (the WAL
--- writer flushes within wal_writer_delay; a phase that ends on a commit is flushed already).
+-- the flushed WAL, so the caller waits until pg_current_wal_flush_lsn() >= to. Records
+-- written after a phase's last commit (prunes of a final empty poll) are not flushed while the
+-- cluster is idle: after reading `to`, the caller commits a transaction that has an xid
+-- (`SELECT pg_current_xact_id()`, its commit record lands after `to`, outside the window), and
+-- the WAL writer flushes past it within wal_writer_delay.
 --
 -- Which records count: those with a block reference in this database
 -- (PG15's block_ref reads `blkref #0: rel 1663/16384/16385 fork main blk 0`, the middle
