@@ -9,11 +9,12 @@
 //!   library Workers of `--concurrency` each: claims and batched endings as a Worker
 //!   makes them.
 //!
-//! PostgreSQL: the WAL the phase wrote into this database (`pg_walinspect` over the
-//! phase's LSN range, the same query as the peers' `bench/cost/peers.sh`:
-//! `bench/cost/phase.sql`), without full-page images (a checkpoint's timing, not the
-//! task's), and the B-tree entries written. MySQL/MariaDB: InnoDB's redo log bytes
-//! (`Innodb_lsn_current`) and the rows it changed, of the whole server (run it alone).
+//! PostgreSQL: the WAL the phase wrote for this database (`pg_walinspect` over the
+//! phase's LSN range, its commits included: `bench/cost/phase.sql`, the same query as
+//! the peers' `bench/cost/peers.sh`), without full-page images (a checkpoint's timing,
+//! not the task's), and the B-tree entries written. MySQL/MariaDB: InnoDB's redo log bytes
+//! (`Innodb_lsn_current`) and records (`Innodb_log_write_requests`), and the rows the
+//! handler wrote, updated and deleted, of the whole server (run it alone).
 //! SQLite: not measured (its WAL is one file, checkpointed away).
 
 use std::sync::Arc;
@@ -71,7 +72,7 @@ pub async fn run(args: &Args) -> Result<(), String> {
 
     let before = meter.mark(&db).await?;
     let ids = Arc::new(claimed);
-    for_each_task(args, &db, n, |db, i| {
+    for_each_task(args, &db, n, move |db, i| {
         let id = ids[i];
         async move {
             db.complete(id, worker, None)
@@ -163,10 +164,10 @@ enum Mark {
 /// MariaDB's server-wide counters read before and after a phase.
 const MYSQL_STATUS: [&str; 5] = [
     "Innodb_lsn_current",
-    "Innodb_rows_inserted",
-    "Innodb_rows_updated",
-    "Innodb_rows_deleted",
-    "Innodb_pages_written",
+    "Innodb_log_write_requests",
+    "Handler_write",
+    "Handler_update",
+    "Handler_delete",
 ];
 
 impl Meter {
@@ -176,6 +177,15 @@ impl Meter {
                 db.execute_unprepared("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
                     .await
                     .map_err(|e| format!("pg_walinspect: {e}"))?;
+                // A checkpoint would recycle the phases' WAL before it is read: a
+                // temporary slot keeps it while the pool's connection that made it lives
+                // (this process).
+                db.execute_unprepared(
+                    "SELECT pg_create_physical_replication_slot(\
+                     'task_dedup_cost_' || pg_backend_pid(), true, true)",
+                )
+                .await
+                .map_err(|e| format!("a slot that keeps the WAL: {e}"))?;
                 Ok(Meter::Postgres)
             }
             DbBackend::MySql => Ok(Meter::MySql),
@@ -193,7 +203,7 @@ impl Meter {
     async fn mark(&self, db: &DatabaseConnection) -> Result<Mark, String> {
         match self {
             Meter::Postgres => {
-                let row = query_one(db, "SELECT pg_current_wal_flush_lsn()::text AS lsn").await?;
+                let row = query_one(db, "SELECT pg_current_wal_insert_lsn()::text AS lsn").await?;
                 Ok(Mark::Lsn(row.try_get("", "lsn").map_err(|e| e.to_string())?))
             }
             Meter::MySql => Ok(Mark::Status(mysql_status(db).await?)),
@@ -204,8 +214,21 @@ impl Meter {
         let n = n as f64;
         match (self, mark) {
             (Meter::Postgres, Mark::Lsn(from)) => {
-                let to = query_one(db, "SELECT pg_current_wal_flush_lsn()::text AS lsn").await?;
+                let to = query_one(db, "SELECT pg_current_wal_insert_lsn()::text AS lsn").await?;
                 let to: String = to.try_get("", "lsn").map_err(|e| e.to_string())?;
+                // pg_walinspect reads only flushed WAL: a commit with an xid after `to`
+                // (outside the window) has the WAL writer flush past it.
+                query_one(db, "SELECT pg_current_xact_id()::text AS xid").await?;
+                let flushed = format!(
+                    "SELECT pg_current_wal_flush_lsn() >= '{to}'::pg_lsn AS flushed"
+                );
+                while !query_one(db, &flushed)
+                    .await?
+                    .try_get::<bool>("", "flushed")
+                    .map_err(|e| e.to_string())?
+                {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
                 let sql = PHASE_SQL
                     .replace(":'from'", &format!("'{from}'"))
                     .replace(":'to'", &format!("'{to}'"));
@@ -213,11 +236,14 @@ impl Meter {
                 let mut figures = Vec::new();
                 for (column, name) in [
                     ("wal_bytes_no_fpi", "wal_bytes"),
+                    ("commit_bytes", "of_it_commits"),
                     ("fpi_bytes", "fpi_bytes"),
                     ("btree_entries", "btree_entries"),
+                    ("other_index_records", "other_index_records"),
                     ("heap_inserts", "heap_inserts"),
                     ("heap_updates", "heap_updates"),
                     ("heap_hot_updates", "heap_hot_updates"),
+                    ("heap_locks", "heap_locks"),
                     ("records", "records"),
                 ] {
                     let value: i64 = row.try_get("", column).map_err(|e| e.to_string())?;
@@ -233,10 +259,10 @@ impl Meter {
                     .map(|((name, b), (_, a))| {
                         let label = match name.as_str() {
                             "Innodb_lsn_current" => "redo_bytes",
-                            "Innodb_rows_inserted" => "rows_inserted",
-                            "Innodb_rows_updated" => "rows_updated",
-                            "Innodb_rows_deleted" => "rows_deleted",
-                            _ => "pages_written",
+                            "Innodb_log_write_requests" => "redo_records",
+                            "Handler_write" => "rows_written",
+                            "Handler_update" => "rows_updated",
+                            _ => "rows_deleted",
                         };
                         (label, (a - b) / n)
                     })
