@@ -398,7 +398,7 @@ async fn online_up_reports_its_builds_and_up_rebuilds_invalid_indexes() {
     for index in [
         "task_active_resource_uidx",
         "task_running_resource_uidx",
-        "task_run_created_idx",
+        "task_run_type_status_idx",
     ] {
         assert!(
             printed.contains(&format!("{index} (online, CONCURRENTLY) in ")),
@@ -408,18 +408,18 @@ async fn online_up_reports_its_builds_and_up_rebuilds_invalid_indexes() {
     assert_eq!(tables(&url, "public").await, MIGRATED);
 
     // A failed build of one of task-dedup's indexes (here: made to fail) leaves it INVALID.
-    db.execute_unprepared("DROP INDEX task_run_created_idx")
+    db.execute_unprepared("DROP INDEX task_run_type_status_idx")
         .await
         .expect("drop");
     let failed = db
         .execute_unprepared(
-            "CREATE UNIQUE INDEX CONCURRENTLY task_run_created_idx ON task_run (status)",
+            "CREATE UNIQUE INDEX CONCURRENTLY task_run_type_status_idx ON task_run (status)",
         )
         .await;
     assert!(failed.is_err(), "100 rows share a status");
     let out = migrate(dir.path(), &["-u", &url, "status"], &[]);
     assert!(
-        stderr(&out).contains("index task_run_created_idx of task_run is INVALID"),
+        stderr(&out).contains("index task_run_type_status_idx of task_run is INVALID"),
         "{}",
         stderr(&out)
     );
@@ -427,14 +427,14 @@ async fn online_up_reports_its_builds_and_up_rebuilds_invalid_indexes() {
     let out = migrate(dir.path(), &["-u", &url, "up"], &[]);
     let printed = stderr(&out);
     assert!(
-        printed.contains("dropped INVALID index task_run_created_idx"),
+        printed.contains("dropped INVALID index task_run_type_status_idx"),
         "{printed}"
     );
     let rebuilt = db
         .query_one_raw(Statement::from_string(
             db.get_database_backend(),
             "SELECT i.indisvalid AS valid, pg_get_indexdef(i.indexrelid) AS def FROM pg_index i \
-             JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = 'task_run_created_idx'",
+             JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = 'task_run_type_status_idx'",
         ))
         .await
         .expect("catalog")
@@ -442,7 +442,8 @@ async fn online_up_reports_its_builds_and_up_rebuilds_invalid_indexes() {
     assert!(rebuilt.try_get::<bool>("", "valid").expect("valid"));
     assert_eq!(
         rebuilt.try_get::<String>("", "def").expect("def"),
-        "CREATE INDEX task_run_created_idx ON public.task_run USING btree (created_at, id)"
+        "CREATE INDEX task_run_type_status_idx ON public.task_run USING btree \
+         (task_type, status, created_at, id) WHERE ((status)::text <> 'running'::text)"
     );
     let out = migrate(dir.path(), &["-u", &url, "status"], &[]);
     assert!(!stderr(&out).contains("INVALID"), "{}", stderr(&out));
