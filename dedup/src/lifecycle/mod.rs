@@ -14,6 +14,8 @@
 
 mod claim;
 mod claim_mode;
+
+pub(crate) use claim::claim_many;
 pub(crate) mod endings;
 mod limited;
 mod reap;
@@ -285,7 +287,9 @@ impl<C: DedupConnection> TaskLifecycle for C {
         lease: Duration,
         max: usize,
     ) -> Result<Vec<task_run::Model>, DedupError> {
-        claim::claim_many(self, worker_id, task_types, lease, max).await
+        Ok(claim::claim_many(self, worker_id, task_types, lease, max)
+            .await?
+            .tasks)
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(task_id = %id, worker_id = %worker_id))]

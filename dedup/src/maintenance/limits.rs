@@ -214,16 +214,34 @@ pub struct UserLimit {
     pub updated_at: DateTime<Utc>,
 }
 
-/// The start of the rate window `now_micros` falls in, and the starts counted in it.
+/// The rate window a claim counts in, and the starts counted in it: the window the
+/// database's clock (`now_micros`) falls in, or the one the row records if that is later.
+/// A later recorded window means that another claim counted there after this one read
+/// the clock (PostgreSQL's and MySQL's clock is the statement's start, before its wait
+/// for the type's lock): counting in the clock's older window would start the limit
+/// again in the recorded one.
 pub(crate) fn window(row: &LimitRow) -> Option<(i64, i64)> {
     let length = row.rate_window_micros.filter(|w| *w > 0)?;
     let start = row.now_micros.div_euclid(length) * length;
-    let starts = if row.window_start_micros == start {
-        i64::from(row.window_starts)
+    if row.window_start_micros >= start {
+        Some((row.window_start_micros, i64::from(row.window_starts)))
     } else {
-        0
-    };
-    Some((start, starts))
+        Some((start, 0))
+    }
+}
+
+/// The window to record after a claim of `window` (as [`window`] gave it) started `n`
+/// tasks stamped `stamped` (their `started_at` in microseconds, by the database's
+/// clock, read in a later statement than the limits): the window the stamps fall in,
+/// with `n` starts when that is a later one than the claim counted in (the claim read
+/// the clock at the end of one window and stamped its tasks in the next, which no start
+/// had reached: it holds the type's lock), else the window counted in, with `n` more.
+pub(crate) fn counted(window: (i64, i64), length: i64, stamped: Option<i64>, n: i64) -> (i64, i64) {
+    let (start, starts) = window;
+    match stamped.map(|at| at.div_euclid(length) * length) {
+        Some(later) if length > 0 && later > start => (later, n),
+        _ => (start, starts + n),
+    }
 }
 
 /// How long this process trusts its list of limited types.
@@ -458,6 +476,19 @@ mod tests {
         assert_eq!(window(&row(1_500, 1_000, 1_000, 3)), Some((1_000, 3)));
         assert_eq!(window(&row(2_000, 1_000, 1_000, 3)), Some((2_000, 0)));
         assert_eq!(window(&row(999, 1_000, 0, 4)), Some((0, 4)));
+        // A clock read before another claim recorded the next window: that one counts.
+        assert_eq!(window(&row(1_999, 1_000, 2_000, 4)), Some((2_000, 4)));
+    }
+
+    #[test]
+    fn starts_count_in_the_window_their_stamps_fall_in() {
+        // Stamped in the window counted: added to its count.
+        assert_eq!(counted((1_000, 3), 1_000, Some(1_999), 1), (1_000, 4));
+        // Counted at the end of one window, stamped in the next: the next holds them.
+        assert_eq!(counted((1_000, 0), 1_000, Some(2_000), 4), (2_000, 4));
+        // Nothing stamped (nothing started), or a stamp behind the window counted.
+        assert_eq!(counted((1_000, 2), 1_000, None, 0), (1_000, 2));
+        assert_eq!(counted((2_000, 2), 1_000, Some(1_500), 1), (2_000, 3));
     }
 
     #[test]
