@@ -58,7 +58,8 @@ pub struct TypeLimits {
     pub max_running: Option<u32>,
     /// At most this many tasks of the type running at once per `user_id`.
     pub max_running_per_user: Option<u32>,
-    /// At most so many starts of the type per window, across every worker.
+    /// At most so many starts of the type per window, across every worker; a Worker
+    /// that finds the window full wakes when the next one opens ([`RateLimit`]).
     pub rate: Option<RateLimit>,
     /// Claims take users in turn: each claim of the type starts with the user after
     /// the last one served, one task per user with queued work before a second of any,
@@ -71,6 +72,18 @@ pub struct TypeLimits {
 /// At most `starts` claims of a type per fixed window of `per`, the windows aligned on
 /// the Unix epoch by the database's clock. A task over the limit waits in the queue for
 /// the next window; its attempt is not counted.
+///
+/// A start counts in the window its `started_at` falls in, as the database stamps it, so
+/// no epoch-aligned window of stored `started_at` values holds more than `starts`.
+///
+/// How a [`Worker`](crate::Worker) waits for the window: when its claim finds tasks of
+/// the type due and the window full, it claims again when the next window opens, as
+/// the database's clock and the window's start and length in the limit row compute it
+/// (not by the worker's clock), instead of waiting for its poll or a notification:
+/// never sooner than 1 ms, never later than its poll. The workers that wake at one
+/// opening race for it under the type's lock; those that find it full again wait for
+/// the next one. A claim that fails (a lost connection) waits for the poll as any
+/// failed claim does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RateLimit {
@@ -100,7 +113,8 @@ impl TypeLimits {
         self
     }
 
-    /// At most `starts` starts of the type per window of `per`.
+    /// At most `starts` starts of the type per window of `per` ([`RateLimit`]: the
+    /// windows, and how a Worker waits for the next one).
     #[must_use]
     pub fn rate(mut self, starts: u32, per: Duration) -> TypeLimits {
         self.rate = Some(RateLimit { starts, per });
