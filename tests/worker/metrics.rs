@@ -320,7 +320,10 @@ async fn workers_waiting_for_a_window_claim_once_per_opening(db: &TestDb) {
     let _turn = TURN.lock().await;
     db.migrate().await;
     db.db
-        .set_limits("mail", &TypeLimits::new().rate(2, Duration::from_millis(500)))
+        .set_limits(
+            "mail",
+            &TypeLimits::new().rate(2, Duration::from_millis(500)),
+        )
         .await
         .expect("set");
     for resource in 0..10 {
@@ -364,8 +367,14 @@ async fn workers_waiting_for_a_window_claim_once_per_opening(db: &TestDb) {
         .get("task_dedup_limit_waits_total{limit=rate}")
         .copied()
         .unwrap_or(0);
-    println!("[rate] {:?}: 10 started in {took:?}, {waits} claims found the window full", db.dialect);
+    println!(
+        "[rate] {:?}: 10 started in {took:?}, {waits} claims found the window full",
+        db.dialect
+    );
     // 2 workers, some 6 windows, a claim at each opening and after each batch of
     // endings: a loop would count thousands.
-    assert!(waits <= 100, "{waits} claims found the window full in {took:?}");
+    assert!(
+        waits <= 100,
+        "{waits} claims found the window full in {took:?}"
+    );
 }
