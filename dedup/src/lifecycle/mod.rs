@@ -14,12 +14,13 @@
 
 mod claim;
 mod claim_mode;
-
-pub(crate) use claim::claim_many;
 pub(crate) mod endings;
 mod limited;
 mod reap;
 mod transition;
+
+/// The Worker's claim: [`TaskLifecycle::claim_many`] and when a rate's window opens.
+pub(crate) use claim::claim_many;
 
 use std::time::Duration;
 
