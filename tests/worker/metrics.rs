@@ -20,7 +20,8 @@ use tokio_util::sync::CancellationToken;
 matrix!(
     a_known_run_is_counted,
     periodic_ticks_are_counted_per_outcome,
-    limit_waits_are_counted_per_limit
+    limit_waits_are_counted_per_limit,
+    workers_waiting_for_a_window_claim_once_per_opening
 );
 
 /// The process's recorder: metrics are global, so the dialects take turns.
@@ -309,4 +310,71 @@ async fn limit_waits_are_counted_per_limit(db: &TestDb) {
             "{limit}: {seen:?}"
         );
     }
+}
+
+/// 2 starts per 500 ms, 10 tasks, 2 Workers of 4 slots polling every 30 s: they start
+/// all 10 in about 5 windows, each claiming when a window opens (and when its tasks
+/// end), never in a loop while the window is full: the claims that found the window
+/// full (`task_dedup_limit_waits_total{limit=rate}`) stay a few per worker and window.
+async fn workers_waiting_for_a_window_claim_once_per_opening(db: &TestDb) {
+    let _turn = TURN.lock().await;
+    db.migrate().await;
+    db.db
+        .set_limits(
+            "mail",
+            &TypeLimits::new().rate(2, Duration::from_millis(500)),
+        )
+        .await
+        .expect("set");
+    for resource in 0..10 {
+        let key = TaskKey::new("u", "mail", resource.to_string()).expect("key");
+        db.db
+            .find_or_enqueue(NewTask::new(key))
+            .await
+            .expect("enqueue");
+    }
+    recorded();
+    let shutdown = CancellationToken::new();
+    let mut workers = Vec::new();
+    for w in 0..2 {
+        let worker = Worker::builder(db.db.clone())
+            .id(format!("w{w}"))
+            .task_types(["mail"])
+            .concurrency(4)
+            .poll_interval(Duration::from_secs(30), Duration::from_secs(30))
+            .fallback_poll(Duration::from_secs(30))
+            .handler(|_: task_run::Model, _: CancellationToken| async { Ok(None) })
+            .build()
+            .expect("worker");
+        let shutdown = shutdown.clone();
+        workers.push(tokio::spawn(async move { worker.run(shutdown).await }));
+    }
+    let began = Instant::now();
+    let started = "SELECT count(*) AS n FROM task_run WHERE started_at IS NOT NULL";
+    while harness::count(&db.db, started).await < 10 {
+        assert!(
+            began.elapsed() < Duration::from_secs(6),
+            "not all started in 6 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let took = began.elapsed();
+    shutdown.cancel();
+    for worker in workers {
+        worker.await.expect("worker").expect("run");
+    }
+    let waits = recorded()
+        .get("task_dedup_limit_waits_total{limit=rate}")
+        .copied()
+        .unwrap_or(0);
+    println!(
+        "[rate] {:?}: 10 started in {took:?}, {waits} claims found the window full",
+        db.dialect
+    );
+    // 2 workers, some 6 windows, a claim at each opening and after each batch of
+    // endings: a loop would count thousands.
+    assert!(
+        waits <= 100,
+        "{waits} claims found the window full in {took:?}"
+    );
 }

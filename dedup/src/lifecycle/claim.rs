@@ -4,7 +4,7 @@
 //! ([`limited`]).
 
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{MAX_CLAIM_RACES, claim_mode, limited};
 use crate::connect::retry::Retrying;
@@ -35,14 +35,27 @@ static MAIN_IDLE: AtomicU32 = AtomicU32::new(0);
 /// due.
 const MAX_MAIN_BACKOFF: u32 = 4;
 
-/// Claims up to `max` due tasks of `task_types` for `worker_id` (the trait method).
-pub(super) async fn claim_many<C: DedupConnection>(
+/// What a claim took, and when a rate-limited type it claimed lets a claim start tasks
+/// again.
+pub(crate) struct Claimed {
+    /// The tasks, in claim order.
+    pub tasks: Vec<task_run::Model>,
+    /// For a rate-limited type whose tasks are due: when its window opens (the next
+    /// window when this one is full, by the database's clock; now when this claim's
+    /// tasks went to a window with room left). The earliest of the types claimed;
+    /// `None` when no rate decided what this claim took.
+    pub window_opens: Option<Instant>,
+}
+
+/// Claims up to `max` due tasks of `task_types` for `worker_id` (the trait method, and
+/// the Worker's claim, which also reads [`Claimed::window_opens`]).
+pub(crate) async fn claim_many<C: DedupConnection>(
     db: &C,
     worker_id: &str,
     task_types: &[&str],
     lease: Duration,
     max: usize,
-) -> Result<Vec<task_run::Model>, DedupError> {
+) -> Result<Claimed, DedupError> {
     validate::worker_id(worker_id)?;
     validate::task_types(task_types)?;
     let lease_micros = validate::lease_micros(lease)?;
@@ -57,6 +70,7 @@ pub(super) async fn claim_many<C: DedupConnection>(
         .map(String::as_str)
         .filter(|t| *t != ALL_TYPES && (task_types.is_empty() || task_types.contains(t)))
         .collect();
+    let mut window_opens: Option<Instant> = None;
     let claimed = if wanted.is_empty() && !across {
         unlimited(db, &mut exec, worker_id, task_types, lease_micros, max).await?
     } else {
@@ -125,7 +139,7 @@ pub(super) async fn claim_many<C: DedupConnection>(
                     tasks
                 }
                 Some(task_type) => {
-                    limited::claim(
+                    let (tasks, opens) = limited::claim(
                         db,
                         &mut exec,
                         worker_id,
@@ -134,7 +148,12 @@ pub(super) async fn claim_many<C: DedupConnection>(
                         room,
                         across,
                     )
-                    .await?
+                    .await?;
+                    window_opens = match (window_opens, opens) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                    tasks
                 }
             });
         }
@@ -148,7 +167,10 @@ pub(super) async fn claim_many<C: DedupConnection>(
             .and_then(|started| (started - task.run_at).to_std().ok());
         crate::metrics::claimed(waited.unwrap_or_default());
     }
-    Ok(claimed)
+    Ok(Claimed {
+        tasks: claimed,
+        window_opens,
+    })
 }
 
 /// The claim of the types without limits: up to `max` due tasks of `task_types` (any

@@ -24,7 +24,7 @@
 //! process reads the list again.
 
 use std::collections::{HashMap, HashSet};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{MAX_CLAIM_RACES, claim_mode};
 use crate::connect::retry::Retrying;
@@ -32,7 +32,7 @@ use crate::dialect::limits::ALL_TYPES;
 use crate::dialect::{Claim, Failure};
 use crate::executor::Executor;
 use crate::executor::limits::{Candidate, LimitRow, LockFree};
-use crate::maintenance::limits::window;
+use crate::maintenance::limits::{counted, window};
 use crate::values::connection::DedupConnection;
 use crate::values::error::DedupError;
 use crate::values::validate::MAX_CLAIM;
@@ -53,6 +53,8 @@ const FAIR_WALK: i64 = 64;
 ///
 /// With a limit across all types set (`across`), only the locked claim: the others do
 /// not count a user's tasks of other types.
+///
+/// Also when to claim the type again, when its rate decides it ([`Opening`]).
 pub(super) async fn claim<C: DedupConnection>(
     db: &C,
     exec: &mut Executor<'_>,
@@ -61,11 +63,12 @@ pub(super) async fn claim<C: DedupConnection>(
     lease_micros: i64,
     max: i64,
     across: bool,
-) -> Result<Vec<task_run::Model>, DedupError> {
+) -> Result<(Vec<task_run::Model>, Option<Instant>), DedupError> {
     // As the main claim: a claim lost with its connection is not run again.
     let mut retrying = Retrying::new(db, Some(Duration::ZERO), "claim");
     let mut races = 0;
     let mut claimed = Vec::new();
+    let mut opening = None;
     let mut stage = if across { Stage::Locked } else { Stage::Window };
     // The window claim's form, as the main claim's: optimistic on a queue of distinct
     // keys, probing for a while after it met a running key.
@@ -82,8 +85,8 @@ pub(super) async fn claim<C: DedupConnection>(
                     let outcome = start(&mut txn, worker_id, task_type, lease_micros, want).await;
                     txn.finish(outcome).await
                 }
-                Stage::Window => {
-                    exec.lock_free_claim(
+                Stage::Window => exec
+                    .lock_free_claim(
                         LockFree::Window,
                         how,
                         worker_id,
@@ -92,9 +95,9 @@ pub(super) async fn claim<C: DedupConnection>(
                         want,
                     )
                     .await
-                }
-                Stage::Slots => {
-                    exec.lock_free_claim(
+                    .map(|tasks| (tasks, None)),
+                Stage::Slots => exec
+                    .lock_free_claim(
                         LockFree::Slots,
                         how,
                         worker_id,
@@ -103,7 +106,7 @@ pub(super) async fn claim<C: DedupConnection>(
                         want,
                     )
                     .await
-                }
+                    .map(|tasks| (tasks, None)),
             };
             match outcome {
                 // The optimistic window claim picked a task whose key runs.
@@ -126,18 +129,19 @@ pub(super) async fn claim<C: DedupConnection>(
                 claim_mode::met_running_key(exec);
                 how = Claim::Probing;
             }
-            Some(Ok(Ok(tasks))) => {
+            Some(Ok(Ok((tasks, opens)))) => {
                 let full = tasks.len() as i64 == want;
                 claimed.extend(tasks);
+                opening = opens;
                 stage = match stage {
-                    _ if full => return Ok(claimed),
+                    _ if full => return Ok((claimed, opening)),
                     Stage::Window => Stage::Slots,
                     Stage::Slots => Stage::Locked,
-                    Stage::Locked => return Ok(claimed),
+                    Stage::Locked => return Ok((claimed, opening)),
                 };
             }
             Some(Ok(Err(Lost::Race))) if races < MAX_CLAIM_RACES => races += 1,
-            Some(Ok(Err(Lost::Race))) => return Ok(claimed),
+            Some(Ok(Err(Lost::Race))) => return Ok((claimed, opening)),
             Some(Err(err)) => return Err(err),
             None => {}
         }
@@ -166,18 +170,20 @@ enum Stage {
     Locked,
 }
 
-/// One attempt, in its transaction.
+/// One attempt, in its transaction: the tasks it started, and when to claim the type
+/// again if its rate decides that ([`Opening`]).
 async fn start(
     txn: &mut Executor<'_>,
     worker_id: &str,
     task_type: &str,
     lease_micros: i64,
     max: i64,
-) -> Result<Vec<task_run::Model>, Failure> {
+) -> Result<(Vec<task_run::Model>, Option<Instant>), Failure> {
     let locked = txn.lock_limits(task_type).await?;
+    let read_at = Instant::now();
     let Some(limits) = locked.own else {
         // Cleared since this process read the list: the other claims take its tasks.
-        return Ok(Vec::new());
+        return Ok((Vec::new(), None));
     };
     let mut across = match &locked.all_types {
         Some(row) => PerUser::across_types(txn, row).await?,
@@ -198,7 +204,15 @@ async fn start(
         if let Some(limit) = room.bound {
             crate::metrics::limit_waited(limit);
         }
-        return Ok(Vec::new());
+        let opens = match (room.bound, window(&limits)) {
+            (Some("rate"), Some(counted)) => {
+                Opening::of(&limits, counted, read_at)
+                    .when_due(txn, task_type)
+                    .await?
+            }
+            _ => None,
+        };
+        return Ok((Vec::new(), opens));
     }
     let mut per_type = room.per_user.map(|limit| PerUser {
         limit,
@@ -233,7 +247,7 @@ async fn start(
         });
     }
     if ids.is_empty() {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), None));
     }
     // Under `max_running`, each task takes a free run slot below it, as the
     // one-statement claim does: `task_run_slot_uidx` keeps the two from taking one twice.
@@ -247,13 +261,71 @@ async fn start(
     };
     ids.truncate(slots.len());
     let claimed = txn.claim_ids(worker_id, lease_micros, &ids, &slots).await?;
-    if limits.rate_starts.is_some()
-        && let Some((start, starts)) = window(&limits)
-    {
-        let starts = starts + claimed.len() as i64;
+    let mut opens = None;
+    if let (Some(rate), Some(length), Some(window)) = (
+        limits.rate_starts,
+        limits.rate_window_micros,
+        window(&limits),
+    ) {
+        // Counted where the database stamped them: `claim_ids` reads the clock again,
+        // maybe in the next window.
+        let stamped = claimed
+            .iter()
+            .filter_map(|task| task.started_at)
+            .map(|at| at.timestamp_micros())
+            .max();
+        let (start, starts) = counted(window, length, stamped, claimed.len() as i64);
         txn.set_window(task_type, start, starts).await?;
+        // The window is full, or the rate cut this claim in the window it counted and
+        // its tasks went to the next one, which has room: claim again when it opens, or
+        // at once.
+        if starts >= i64::from(rate) || room.bound == Some("rate") {
+            opens = Opening::of(&limits, (start, starts), read_at)
+                .when_due(txn, task_type)
+                .await?;
+        }
     }
-    Ok(claimed)
+    Ok((claimed, opens))
+}
+
+/// When a rate-limited type's window lets a claim start tasks again: the opening of the
+/// next window when the current one is full, else now. By the database's clock (the
+/// window's start and length are the row's, `now_micros` its clock when the row was
+/// read), turned into an instant of this process from when the row arrived: never
+/// before the opening, later by the time the read took to come back.
+struct Opening {
+    at: Instant,
+}
+
+impl Opening {
+    /// `counted`: the window as recorded now (its start, its starts); `read_at`: when
+    /// the row with `now_micros` arrived.
+    fn of(limits: &LimitRow, counted: (i64, i64), read_at: Instant) -> Opening {
+        let (start, starts) = counted;
+        let full = limits
+            .rate_starts
+            .is_some_and(|rate| starts >= i64::from(rate));
+        let length = limits.rate_window_micros.unwrap_or(0);
+        let wait = if full {
+            start.saturating_add(length) - limits.now_micros
+        } else {
+            0
+        };
+        Opening {
+            at: read_at + Duration::from_micros(u64::try_from(wait).unwrap_or(0)),
+        }
+    }
+
+    /// The opening, if tasks of the type are due (one read of the claim's candidates):
+    /// a worker with nothing due waits for its wake-ups and its poll, as before.
+    async fn when_due(
+        self,
+        txn: &mut Executor<'_>,
+        task_type: &str,
+    ) -> Result<Option<Instant>, Failure> {
+        let due = txn.limited_candidates(task_type, &[], 1).await?;
+        Ok((!due.is_empty()).then_some(self.at))
+    }
 }
 
 /// The claim of the types without limits of their own while a limit across all types

@@ -19,6 +19,9 @@ mod limited;
 mod reap;
 mod transition;
 
+/// The Worker's claim: [`TaskLifecycle::claim_many`] and when a rate's window opens.
+pub(crate) use claim::claim_many;
+
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -285,7 +288,9 @@ impl<C: DedupConnection> TaskLifecycle for C {
         lease: Duration,
         max: usize,
     ) -> Result<Vec<task_run::Model>, DedupError> {
-        claim::claim_many(self, worker_id, task_types, lease, max).await
+        Ok(claim::claim_many(self, worker_id, task_types, lease, max)
+            .await?
+            .tasks)
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(task_id = %id, worker_id = %worker_id))]

@@ -58,7 +58,8 @@ pub struct TypeLimits {
     pub max_running: Option<u32>,
     /// At most this many tasks of the type running at once per `user_id`.
     pub max_running_per_user: Option<u32>,
-    /// At most so many starts of the type per window, across every worker.
+    /// At most so many starts of the type per window, across every worker; a Worker
+    /// that finds the window full wakes when the next one opens ([`RateLimit`]).
     pub rate: Option<RateLimit>,
     /// Claims take users in turn: each claim of the type starts with the user after
     /// the last one served, one task per user with queued work before a second of any,
@@ -71,6 +72,18 @@ pub struct TypeLimits {
 /// At most `starts` claims of a type per fixed window of `per`, the windows aligned on
 /// the Unix epoch by the database's clock. A task over the limit waits in the queue for
 /// the next window; its attempt is not counted.
+///
+/// A start counts in the window its `started_at` falls in, as the database stamps it, so
+/// no epoch-aligned window of stored `started_at` values holds more than `starts`.
+///
+/// How a [`Worker`](crate::Worker) waits for the window: when its claim finds tasks of
+/// the type due and the window full, it claims again when the next window opens, as
+/// the database's clock and the window's start and length in the limit row compute it
+/// (not by the worker's clock), instead of waiting for its poll or a notification:
+/// never sooner than 1 ms, never later than its poll. The workers that wake at one
+/// opening race for it under the type's lock; those that find it full again wait for
+/// the next one. A claim that fails (a lost connection) waits for the poll as any
+/// failed claim does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RateLimit {
@@ -100,7 +113,8 @@ impl TypeLimits {
         self
     }
 
-    /// At most `starts` starts of the type per window of `per`.
+    /// At most `starts` starts of the type per window of `per` ([`RateLimit`]: the
+    /// windows, and how a Worker waits for the next one).
     #[must_use]
     pub fn rate(mut self, starts: u32, per: Duration) -> TypeLimits {
         self.rate = Some(RateLimit { starts, per });
@@ -214,16 +228,34 @@ pub struct UserLimit {
     pub updated_at: DateTime<Utc>,
 }
 
-/// The start of the rate window `now_micros` falls in, and the starts counted in it.
+/// The rate window a claim counts in, and the starts counted in it: the window the
+/// database's clock (`now_micros`) falls in, or the one the row records if that is later.
+/// A later recorded window means that another claim counted there after this one read
+/// the clock (PostgreSQL's and MySQL's clock is the statement's start, before its wait
+/// for the type's lock): counting in the clock's older window would start the limit
+/// again in the recorded one.
 pub(crate) fn window(row: &LimitRow) -> Option<(i64, i64)> {
     let length = row.rate_window_micros.filter(|w| *w > 0)?;
     let start = row.now_micros.div_euclid(length) * length;
-    let starts = if row.window_start_micros == start {
-        i64::from(row.window_starts)
+    if row.window_start_micros >= start {
+        Some((row.window_start_micros, i64::from(row.window_starts)))
     } else {
-        0
-    };
-    Some((start, starts))
+        Some((start, 0))
+    }
+}
+
+/// The window to record after a claim of `window` (as [`window`] gave it) started `n`
+/// tasks stamped `stamped` (their `started_at` in microseconds, by the database's
+/// clock, read in a later statement than the limits): the window the stamps fall in,
+/// with `n` starts when that is a later one than the claim counted in (the claim read
+/// the clock at the end of one window and stamped its tasks in the next, which no start
+/// had reached: it holds the type's lock), else the window counted in, with `n` more.
+pub(crate) fn counted(window: (i64, i64), length: i64, stamped: Option<i64>, n: i64) -> (i64, i64) {
+    let (start, starts) = window;
+    match stamped.map(|at| at.div_euclid(length) * length) {
+        Some(later) if length > 0 && later > start => (later, n),
+        _ => (start, starts + n),
+    }
 }
 
 /// How long this process trusts its list of limited types.
@@ -458,6 +490,19 @@ mod tests {
         assert_eq!(window(&row(1_500, 1_000, 1_000, 3)), Some((1_000, 3)));
         assert_eq!(window(&row(2_000, 1_000, 1_000, 3)), Some((2_000, 0)));
         assert_eq!(window(&row(999, 1_000, 0, 4)), Some((0, 4)));
+        // A clock read before another claim recorded the next window: that one counts.
+        assert_eq!(window(&row(1_999, 1_000, 2_000, 4)), Some((2_000, 4)));
+    }
+
+    #[test]
+    fn starts_count_in_the_window_their_stamps_fall_in() {
+        // Stamped in the window counted: added to its count.
+        assert_eq!(counted((1_000, 3), 1_000, Some(1_999), 1), (1_000, 4));
+        // Counted at the end of one window, stamped in the next: the next holds them.
+        assert_eq!(counted((1_000, 0), 1_000, Some(2_000), 4), (2_000, 4));
+        // Nothing stamped (nothing started), or a stamp behind the window counted.
+        assert_eq!(counted((1_000, 2), 1_000, None, 0), (1_000, 2));
+        assert_eq!(counted((2_000, 2), 1_000, Some(1_500), 1), (2_000, 3));
     }
 
     #[test]

@@ -30,6 +30,7 @@ use sea_orm::DatabaseConnection;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::{AbortOnDropHandle, TaskTracker};
+use tracing::Instrument;
 
 pub use builder::WorkerBuilder;
 pub use handler::{Handler, HandlerError};
@@ -395,11 +396,17 @@ impl Worker {
                 gather(&slots, &mut permits, config.concurrency.div_ceil(2)).await;
             }
             let types: Vec<&str> = types.iter().map(String::as_str).collect();
-            match shared
-                .db()
-                .claim_many(&config.id, &types, config.lease, permits.len())
-                .await
-            {
+            let db = shared.db();
+            let claim =
+                crate::lifecycle::claim_many(&db, &config.id, &types, config.lease, permits.len())
+                    .instrument(tracing::debug_span!("claim_many", max = permits.len()));
+            // When a rate-limited type this claim found due lets a claim start tasks
+            // again (its window full: the next opening, by the database's clock).
+            let mut window_opens: Option<Instant> = None;
+            match claim.await.map(|claimed| {
+                window_opens = claimed.window_opens;
+                claimed.tasks
+            }) {
                 Ok(claimed) if !claimed.is_empty() => {
                     idle = config.poll_min;
                     let drained = claimed.len() < permits.len();
@@ -421,7 +428,7 @@ impl Worker {
                 }
             }
             // Nothing to claim: wait for a wake-up, one of this worker's tasks ending, a
-            // retry falling due, or the poll.
+            // retry falling due, a rate's window opening, or the poll.
             let now = Instant::now();
             let mut wait = if waker.replaces_polling() {
                 config.fallback_poll
@@ -433,6 +440,9 @@ impl Worker {
             }
             if let Some(at) = next_retry_due(&shared, now) {
                 wait = wait.min(at - now);
+            }
+            if let Some(at) = window_opens {
+                wait = wait.min(at.saturating_duration_since(now).max(WINDOW_WAIT_MIN));
             }
             tokio::select! {
                 () = shutdown.cancelled() => break,
@@ -486,6 +496,10 @@ impl Worker {
         Ok(report)
     }
 }
+
+/// The shortest wait for a rate's window to open: a claim that found it full again
+/// (a clock a little behind) waits at least this long, never in a loop.
+const WINDOW_WAIT_MIN: Duration = Duration::from_millis(1);
 
 /// How long a claim waits for more slots to free when more than half are busy.
 const CLAIM_GATHER: Duration = Duration::from_millis(1);
