@@ -204,13 +204,20 @@ impl Meter {
         match self {
             Meter::Postgres => {
                 let row = query_one(db, "SELECT pg_current_wal_insert_lsn()::text AS lsn").await?;
-                Ok(Mark::Lsn(row.try_get("", "lsn").map_err(|e| e.to_string())?))
+                Ok(Mark::Lsn(
+                    row.try_get("", "lsn").map_err(|e| e.to_string())?,
+                ))
             }
             Meter::MySql => Ok(Mark::Status(mysql_status(db).await?)),
         }
     }
 
-    async fn since(&self, db: &DatabaseConnection, mark: &Mark, n: usize) -> Result<Figures, String> {
+    async fn since(
+        &self,
+        db: &DatabaseConnection,
+        mark: &Mark,
+        n: usize,
+    ) -> Result<Figures, String> {
         let n = n as f64;
         match (self, mark) {
             (Meter::Postgres, Mark::Lsn(from)) => {
@@ -219,9 +226,8 @@ impl Meter {
                 // pg_walinspect reads only flushed WAL: a commit with an xid after `to`
                 // (outside the window) has the WAL writer flush past it.
                 query_one(db, "SELECT pg_current_xact_id()::text AS xid").await?;
-                let flushed = format!(
-                    "SELECT pg_current_wal_flush_lsn() >= '{to}'::pg_lsn AS flushed"
-                );
+                let flushed =
+                    format!("SELECT pg_current_wal_flush_lsn() >= '{to}'::pg_lsn AS flushed");
                 while !query_one(db, &flushed)
                     .await?
                     .try_get::<bool>("", "flushed")
@@ -285,7 +291,10 @@ async fn mysql_status(db: &DatabaseConnection) -> Result<Vec<(String, f64)>, Str
             ),
         )
         .await?;
-        values.push((name.to_owned(), row.try_get("", "v").map_err(|e| e.to_string())?));
+        values.push((
+            name.to_owned(),
+            row.try_get("", "v").map_err(|e| e.to_string())?,
+        ));
     }
     Ok(values)
 }

@@ -219,7 +219,10 @@ pub async fn prepare_schema(args: &Args) -> Result<(), String> {
     // BENCH_MIGRATIONS=<n>: only the first n migrations, the schema as an earlier release
     // left it (e.g. 12: the indexes before the lean set), run by the same statements.
     let steps = match std::env::var("BENCH_MIGRATIONS") {
-        Ok(n) => Some(n.parse::<u32>().map_err(|e| format!("BENCH_MIGRATIONS: {e}"))?),
+        Ok(n) => Some(
+            n.parse::<u32>()
+                .map_err(|e| format!("BENCH_MIGRATIONS: {e}"))?,
+        ),
         Err(_) => None,
     };
     Migrator::up(&db, steps).await.map_err(|e| e.to_string())?;

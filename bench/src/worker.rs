@@ -239,7 +239,11 @@ async fn throughput(args: &Args) -> Result<(), String> {
     Ok(())
 }
 
-pub(crate) async fn drain_with_workers(args: &Args, db: &DatabaseConnection, n: usize) -> Result<(), String> {
+pub(crate) async fn drain_with_workers(
+    args: &Args,
+    db: &DatabaseConnection,
+    n: usize,
+) -> Result<(), String> {
     let shutdown = CancellationToken::new();
     let started = Arc::new(AtomicUsize::new(0));
     let last = shutdown.clone();

@@ -171,10 +171,10 @@ async fn lists_by_status_and_type_read_an_index(db: &TestDb) {
                 let plan = postgres_plan(&txn, &sql).await;
                 println!("PostgreSQL, 1,000,000 tasks, {name}:\n{plan}\n");
                 if let Some(index) = must_use {
-                    assert!(
-                        !plan.contains("Seq Scan") && !plan.contains("Bitmap"),
-                        "{plan}"
-                    );
+                    // The throughput reads the last hour's tasks of each type: a bitmap
+                    // of that range of the index is as good as a walk; never a scan.
+                    assert!(!plan.contains("Seq Scan"), "{plan}");
+                    assert!(name == "throughput" || !plan.contains("Bitmap"), "{plan}");
                     assert!(plan.contains(index), "{plan}");
                 }
             }

@@ -59,7 +59,8 @@ pub(crate) struct Limits {
     /// its users; MySQL/MariaDB: the lists `types` and `users`), how many.
     pub rest_candidates: Template,
     /// A fair claim's walk over the users with queued tasks of one type, in order from
-    /// the one after a cursor (one index lookup per user, `task_run_user_queue_idx`):
+    /// the one after a cursor (one index lookup per user: `task_run_user_queue_idx`,
+    /// on PostgreSQL `task_active_resource_uidx`):
     /// `user_id`. Parameters: the type, the cursor, how many users at most
     /// (MySQL/MariaDB and SQLite: the type, the cursor, the type again, how many).
     pub fair_users: String,

@@ -512,7 +512,7 @@ async fn fair(
     if users.is_empty() {
         return Ok((Vec::new(), walked));
     }
-    // One lookup per user (`task_run_user_queue_idx`), however long its backlog.
+    // One lookup per user (`fair_heads`' index), however long its backlog.
     let share = (tasks + users.len() as i64 - 1) / users.len() as i64;
     let mut heads = Vec::with_capacity(users.len());
     for user in &users {
