@@ -585,7 +585,11 @@ impl Session {
         Ok((attempt, resolved))
     }
 
-    /// `DROP INDEX CONCURRENTLY IF EXISTS`.
+    /// `DROP INDEX CONCURRENTLY IF EXISTS`, under `lock_timeout` (longer each attempt):
+    /// its last step takes the index's ACCESS EXCLUSIVE lock, and while it waits for a
+    /// long holder every writer of the table queues behind it (7 s calls in the
+    /// 5,000,000-row run without the timeout). A drop that gives up leaves the index
+    /// INVALID, which the next attempt drops.
     async fn drop_index(
         &mut self,
         run: &Run<'_>,
@@ -599,7 +603,8 @@ impl Session {
         let sql = format!("DROP INDEX CONCURRENTLY IF EXISTS {name}");
         let mut attempt = 1;
         loop {
-            match self.exec(0, &sql).await {
+            let timeout_ms = run.options.lock_timeout.as_millis() * u128::from(attempt);
+            match self.exec(timeout_ms, &sql).await {
                 Ok(()) => break,
                 Err(err) if retryable(&err) && attempt < run.options.attempts => {
                     self.pause(run, attempt).await?;
