@@ -163,16 +163,11 @@ impl Executor<'_> {
     ) -> Result<Vec<task_run::Model>, Failure> {
         let sql = admin::list(self.dialect, list.shape());
         let values = list.values(self.dialect);
-        #[cfg(feature = "postgres")]
         if self.admin_reads_without_jit() {
-            let mut txn = self.begin(false).await?;
-            let outcome = async {
-                let without_jit = crate::dialect::postgres::sql().without_jit.as_str();
-                txn.affected(without_jit, vec![]).await?;
-                txn.tasks(sql, values).await
-            }
-            .await;
-            return txn.finish(outcome).await;
+            // A page of at most a few hundred rows, off the hot path: SeaORM's mapping.
+            use super::row::TaskRow;
+            let rows = self.admin_rows(sql, values).await?;
+            return Ok(rows.iter().map(TaskRow::task).collect::<Result<_, _>>()?);
         }
         self.tasks(sql, values).await
     }
