@@ -437,6 +437,15 @@ pub(crate) enum Kind {
 impl Kind {
     /// Classifies `err` by the codes of the dialect whose driver raised it.
     pub(crate) fn of(err: &DbErr) -> Kind {
+        // sqlx's acquire tries to connect until its timeout and then reports the timeout,
+        // not why: a server that is down or being replaced looks exactly like a pool whose
+        // connections are all busy. Both can pass within a retry budget.
+        if matches!(
+            err,
+            DbErr::ConnectionAcquire(sea_orm::ConnAcquireErr::Timeout)
+        ) {
+            return Kind::ConnectionLost;
+        }
         #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
         {
             use sea_orm::sqlx::Error;

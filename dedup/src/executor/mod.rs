@@ -10,6 +10,8 @@
 mod admin;
 pub(crate) mod args;
 mod conn;
+#[cfg(feature = "mysql")]
+mod galera;
 pub(crate) mod limits;
 #[cfg(feature = "postgres")]
 mod literal;
@@ -531,8 +533,41 @@ impl<'c> Executor<'c> {
         } else {
             &statements.find_occupant
         };
-        self.task(sql.as_str(), args::slot(key, window_end).into())
-            .await
+        let sql = self.causal(Cow::Borrowed(sql.as_str())).await?;
+        self.task(sql, args::slot(key, window_end).into()).await
+    }
+
+    /// `sql`, a read whose answer a caller is given (the task holding a key), as a read
+    /// that sees every commit made anywhere before it: on a MariaDB Galera node it waits
+    /// until the node has applied the others' ([`galera`]); elsewhere unchanged.
+    async fn causal(&mut self, sql: Cow<'static, str>) -> Result<Cow<'static, str>, Failure> {
+        #[cfg(feature = "mysql")]
+        if self.dialect == Dialect::MySql && self.is_galera().await? {
+            return Ok(Cow::Owned(format!("{}{sql}", galera::CAUSAL_READ)));
+        }
+        Ok(sql)
+    }
+
+    /// Whether the database is a node of a MariaDB Galera cluster: looked up once per
+    /// database (and once for the caller's transactions), on the first read that needs
+    /// to know.
+    #[cfg(feature = "mysql")]
+    async fn is_galera(&mut self) -> Result<bool, Failure> {
+        let identity = self.database_identity();
+        if let Some(galera) = galera::known(identity) {
+            return Ok(galera);
+        }
+        let rows = self
+            .rows(crate::dialect::mysql::sql().galera.as_str(), Vec::new())
+            .await?;
+        let galera = match rows.first() {
+            Some(row) => row
+                .try_get_by_index::<String>(1)?
+                .eq_ignore_ascii_case("ON"),
+            None => false,
+        };
+        galera::record(identity, galera);
+        Ok(galera)
     }
 
     /// One task by id.
@@ -838,8 +873,8 @@ impl<'c> Executor<'c> {
             &bulk.find_occupants
         };
         let values = args::slots(self.dialect, rows);
-        self.tasks(sql.render(0, &[("keys", rows.len())]), values)
-            .await
+        let sql = self.causal(sql.render(0, &[("keys", rows.len())])).await?;
+        self.tasks(sql, values).await
     }
 
     /// The tasks of `ids` that exist.

@@ -139,11 +139,24 @@ pub(super) async fn claim(
         let mut update = vec![Arg::Str(worker_id), args::interval(dialect, lease_micros)];
         update.extend(ids.iter().map(|id| Arg::Uuid(*id)));
         let count = [("ids", ids.len())];
-        txn.affected(claims.claim_update.render(0, &count), update)
+        let moved = txn
+            .affected(claims.claim_update.render(0, &count), update)
             .await?;
+        if moved == 0 {
+            return Ok(Vec::new());
+        }
         let read = claims.claimed.render(0, &count);
-        txn.tasks(read, ids.into_iter().map(Arg::Uuid).collect())
-            .await
+        let mut tasks = txn
+            .tasks(read, ids.into_iter().map(Arg::Uuid).collect())
+            .await?;
+        // A task another claim moved first (on Galera: another node's, applied here
+        // after the SELECT) was left as that claim wrote it; this transaction's write
+        // locks keep the ones it moved as it moved them.
+        tasks.retain(|t| {
+            t.status == task_dedup_entity::TaskStatus::Running
+                && t.lease_owner.as_deref() == Some(worker_id)
+        });
+        Ok(tasks)
     }
     .await;
     txn.finish(outcome).await

@@ -352,8 +352,12 @@ pub fn is_transaction_conflict(err: &DbErr) -> bool {
 /// crashed SQLite worker, or a server saying so (PostgreSQL SQLSTATE class 08, 57P01
 /// admin shutdown, 57P02 crash shutdown, 57P03 cannot connect now; MySQL/MariaDB 2006
 /// server gone, 2013 lost connection, 1927 connection killed, 1053 server shutdown, 4031
-/// disconnected for inactivity). Pool timeouts and a closed pool are not: waiting again
-/// would not help.
+/// disconnected for inactivity, 1047 a MariaDB Galera node not ready: joining its
+/// cluster or without quorum), or a pool that timed out waiting for a connection:
+/// sqlx reports the timeout, not its cause, and a server that is down or being replaced
+/// (a failover, a cluster node rejoining) times the pool out exactly as a pool whose
+/// connections are all busy does; either can pass. A closed pool is not lost: the
+/// application closed it.
 ///
 /// Use it on your own statements; task-dedup's own errors say it with
 /// [`DedupError::ConnectionLost`].

@@ -13,6 +13,7 @@
 //! package's test binaries, `cli`, `loco` and `examples/adoption`.
 
 pub mod children;
+pub mod cluster;
 pub mod pinned;
 pub mod rows;
 pub mod schema;
@@ -352,6 +353,10 @@ async fn test_pool(url: &str) -> Result<DatabaseConnection, String> {
 
 /// Runs `test` on a fresh database of `dialect`, or reports the dialect as skipped.
 pub async fn run(dialect: Dialect, test: &str, body: impl AsyncFnOnce(&TestDb)) {
+    if !selected(dialect) {
+        report_skip(dialect, "not in TASK_DEDUP_DIALECTS");
+        return;
+    }
     let db = match TestDb::create(dialect, test).await {
         Ok(db) => db,
         Err(why) if std::env::var("CI").is_ok_and(|v| v == "true") => {
@@ -364,6 +369,16 @@ pub async fn run(dialect: Dialect, test: &str, body: impl AsyncFnOnce(&TestDb)) 
     };
     body(&db).await;
     db.remove().await;
+}
+
+/// Whether `dialect` is among those `TASK_DEDUP_DIALECTS` names (a comma-separated
+/// list: `postgres`, say, to run a suite again on another PostgreSQL version); every
+/// dialect when it is unset. A dialect left out on purpose is skipped under `CI=true`
+/// too.
+fn selected(dialect: Dialect) -> bool {
+    std::env::var("TASK_DEDUP_DIALECTS").map_or(true, |names| {
+        names.split(',').any(|name| name.trim() == dialect.name())
+    })
 }
 
 /// Says once per test binary and dialect that it was skipped. Written to the stderr
@@ -424,7 +439,7 @@ pub fn with_database(url: &str, database: &str) -> String {
 }
 
 /// Database names are limited to 63 (PostgreSQL) / 64 (MySQL) characters.
-fn short(test: &str) -> String {
+pub(crate) fn short(test: &str) -> String {
     test.chars().take(24).collect()
 }
 

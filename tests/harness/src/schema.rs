@@ -79,7 +79,7 @@ async fn describe_task_run(db: &DatabaseConnection, dialect: Dialect) -> String 
              UNION ALL SELECT 'index ' || indexdef FROM pg_indexes \
              WHERE schemaname = current_schema() AND tablename = 'task_run' \
              UNION ALL SELECT 'constraint ' || conname || ' ' || pg_get_constraintdef(oid) \
-             FROM pg_constraint WHERE conrelid = 'task_run'::regclass \
+             FROM pg_constraint WHERE conrelid = 'task_run'::regclass AND contype <> 'n' \
              UNION ALL SELECT 'trigger ' || pg_get_triggerdef(oid) FROM pg_trigger \
              WHERE tgrelid = 'task_run'::regclass AND NOT tgisinternal \
              UNION ALL SELECT 'storage ' || array_to_string(reloptions, ', ') FROM pg_class \

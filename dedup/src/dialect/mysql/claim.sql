@@ -100,7 +100,10 @@ FOR UPDATE SKIP LOCKED;
 -- name: claim_update
 -- Marks the locked tasks claimed, with no run slot (as on PostgreSQL): worker_id, lease,
 -- the ids. One primary-key lookup each (a JSON_TABLE of ids made InnoDB scan and lock the
--- whole table).
+-- whole table). Only a task still queued: the UPDATE reads the latest committed row, and
+-- on MariaDB Galera another node's claim of a selected task can have been applied here
+-- since the SELECT (its `SKIP LOCKED` sees this node's locks only), so the rows the
+-- UPDATE changed, not those selected, are the claim (`executor::mysql::claim`).
 UPDATE task_run
 SET status = 'running',
     attempts = attempts + 1,
@@ -109,4 +112,5 @@ SET status = 'running',
     started_at = UTC_TIMESTAMP(6),
     updated_at = UTC_TIMESTAMP(6),
     run_slot = NULL
-WHERE id IN ({{ids, ?}});
+WHERE id IN ({{ids, ?}})
+    AND status = 'queued';

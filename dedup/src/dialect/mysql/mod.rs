@@ -50,6 +50,9 @@ pub(crate) struct Sql {
     /// The table, the columns of the unique index and the expression of the generated
     /// column it reads ([`guarded`] reads the row).
     pub guard: String,
+    /// Whether the server is a node of a MariaDB Galera cluster
+    /// (`executor::galera`): `wsrep_on`'s row, if any.
+    pub galera: String,
     /// What rendering [`FILES`] met: nothing (a unit test checks).
     #[cfg_attr(not(test), allow(dead_code))]
     pub problems: Vec<String>,
@@ -111,6 +114,7 @@ fn build() -> Sql {
         prune_ids: files.template("maintenance", "prune_ids"),
         ended_by: files.template("endings", "ended_by"),
         guard: files.text("schema", "guard"),
+        galera: files.text("schema", "galera"),
         problems: files.finish(),
     }
 }
@@ -167,6 +171,11 @@ const ER_SERVER_SHUTDOWN: u16 = 1053;
 const ER_CONNECTION_KILLED: u16 = 1927;
 /// MySQL 8: the server disconnected an idle client.
 const ER_CLIENT_INTERACTION_TIMEOUT: u16 = 4031;
+/// MariaDB Galera (SQLSTATE 08S01): "WSREP has not yet prepared node for application
+/// use", the answer to every statement of a node that is joining the cluster or has
+/// lost its quorum: as a server that is starting, it will take them once it has caught
+/// up (`ER_UNKNOWN_COM_ERROR`, which nothing else sends a well-formed statement).
+const ER_WSREP_NOT_READY: u16 = 1047;
 /// InnoDB gave up waiting for a row lock (`innodb_lock_wait_timeout`).
 const ER_LOCK_WAIT_TIMEOUT: u16 = 1205;
 /// MariaDB `max_statement_time`, MySQL `max_execution_time`.
@@ -186,7 +195,8 @@ pub(super) fn kind(e: &MySqlDatabaseError) -> Kind {
         | CR_SERVER_LOST
         | ER_SERVER_SHUTDOWN
         | ER_CONNECTION_KILLED
-        | ER_CLIENT_INTERACTION_TIMEOUT => Kind::ConnectionLost,
+        | ER_CLIENT_INTERACTION_TIMEOUT
+        | ER_WSREP_NOT_READY => Kind::ConnectionLost,
         ER_LOCK_WAIT_TIMEOUT | ER_STATEMENT_TIMEOUT | ER_QUERY_TIMEOUT => Kind::Timeout,
         _ => Kind::Other,
     }

@@ -36,3 +36,8 @@ SELECT (
             AND COLUMN_NAME = 'occupied'
     ) AS occupied;
 
+
+-- name: galera
+-- Whether the server is a node of a MariaDB Galera cluster: one row, `ON`, there; `OFF`
+-- on a MariaDB built with wsrep but running alone; no row on MySQL.
+SHOW VARIABLES LIKE 'wsrep_on';
