@@ -7,6 +7,7 @@
 //! The tests of this binary run one at a time: they share a cluster, and one of them
 //! kills its nodes.
 
+mod failover;
 mod galera;
 
 /// Held by each test for its whole run.

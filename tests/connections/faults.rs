@@ -20,7 +20,19 @@ use uuid::Uuid;
 matrix!(
     killed_worker_process_tasks_are_completed_once,
     timeouts_are_classified_and_write_nothing,
+    a_pool_that_times_out_is_retried_within_the_budget,
 );
+
+/// PostgreSQL's read-only servers (a standby, a demoted primary).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_read_only_server_is_left_for_one_that_takes_writes() {
+    run(
+        Dialect::Postgres,
+        "a_read_only_server_is_left",
+        read_only_server_is_left_for_one_that_takes_writes,
+    )
+    .await;
+}
 
 // An embedded database has no server sessions to kill.
 server_matrix!(
@@ -942,4 +954,92 @@ async fn server_restart_under_load_postgres() {
 #[ignore = "restarts the server: run alone, after the other tests (.ci/run does)"]
 async fn server_restart_under_load_mysql() {
     run(Dialect::MySql, "server_restart", restart_under_load).await;
+}
+
+/// A pool whose every connection is busy times out (as one whose server is down or being
+/// replaced does: sqlx does not tell them apart): a lost connection for the retry
+/// budget, so the call waits for a connection within it instead of failing at the
+/// first timeout; past the budget it is `ConnectionLost`, not a database error.
+async fn a_pool_that_times_out_is_retried_within_the_budget(db: &TestDb) {
+    db.migrate().await;
+    let mut options = sea_orm::ConnectOptions::new(db.url.clone());
+    options
+        .max_connections(1)
+        .acquire_timeout(Duration::from_millis(200))
+        .sqlx_logging(false);
+    let pool = task_dedup::connect_with(options).await.expect("pool");
+    // The pool's one connection, busy for a second.
+    let txn = pool.begin().await.expect("begin");
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        txn.rollback().await.expect("rollback");
+    });
+    let enqueued = pool
+        .find_or_enqueue(NewTask::new(key("busy")).retry_budget(Duration::from_secs(10)))
+        .await
+        .expect("retried until the connection was free");
+    assert!(enqueued.is_created());
+    release.await.expect("release");
+
+    let txn = pool.begin().await.expect("begin");
+    let err = pool
+        .find_or_enqueue(
+            NewTask::new(key("busy-too-long")).retry_budget(Duration::from_millis(500)),
+        )
+        .await
+        .expect_err("the budget ran out");
+    assert!(err.is_connection_lost(), "{err:?}");
+    txn.rollback().await.expect("rollback");
+    pool.close().await.expect("close");
+}
+
+/// A server that refuses writes (SQLSTATE 25006: a standby, or a primary an HA manager
+/// demoted) is a lost connection: the call runs again, its pool's read-only idle
+/// connections are closed, and once new sessions take writes the call succeeds; while
+/// they never do, the call ends when its budget does, never retried for ever.
+async fn read_only_server_is_left_for_one_that_takes_writes(db: &TestDb) {
+    db.migrate().await;
+    let (_, name) = db.server().expect("a server");
+    let read_only = |on: bool| {
+        let (url, sql) = (
+            db.server().expect("a server").0.to_owned(),
+            if on {
+                format!("ALTER DATABASE {name} SET default_transaction_read_only = on")
+            } else {
+                format!("ALTER DATABASE {name} RESET default_transaction_read_only")
+            },
+        );
+        async move {
+            let admin = task_dedup::connect(&url).await.expect("admin");
+            admin
+                .execute_unprepared(&sql)
+                .await
+                .expect("alter database");
+            admin.close().await.expect("close");
+        }
+    };
+    read_only(true).await;
+    // Every connection of this pool is read-only, as one to a demoted primary.
+    let pool = db.pool(4).await;
+    let err = pool
+        .find_or_enqueue(NewTask::new(key("never")).retry_budget(Duration::from_millis(300)))
+        .await
+        .expect_err("read-only");
+    assert!(err.is_connection_lost(), "{err:?}");
+
+    let call = {
+        let pool = pool.db.clone();
+        tokio::spawn(async move {
+            pool.find_or_enqueue(NewTask::new(key("later")).retry_budget(Duration::from_secs(10)))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    read_only(false).await;
+    let enqueued = call
+        .await
+        .expect("caller")
+        .expect("new connections take writes");
+    assert!(enqueued.is_created());
+    assert_eq!(rows::all(&pool.db).await.len(), 1);
 }

@@ -2,6 +2,8 @@
 //! guarantees depend on, and [`retry`] is the one driver that decides whether an attempt
 //! lost with its connection (or to a deadlock) runs again.
 
+#[cfg(feature = "postgres")]
+pub(crate) mod formation;
 pub(crate) mod retry;
 
 use std::time::Duration;
@@ -53,10 +55,20 @@ pub async fn connect(url: &str) -> Result<DatabaseConnection, DedupError> {
 ///   `synchronous = NORMAL` (durable in WAL mode), on every pooled connection;
 /// - in-memory SQLite: one connection kept open, which is the whole database (it
 ///   vanishes when the last connection closes, and shared-cache connections would fail
-///   on table locks instead of waiting).
+///   on table locks instead of waiting);
+/// - a PostgreSQL URL with several hosts, as an HA manager gives them
+///   (`postgres://app@db1:5432,db2:5432/app?target_session_attrs=read-write`), which
+///   sqlx refuses: the pool opens on the first host, in the URL's order, that answers
+///   and, with `target_session_attrs=read-write` (or `primary`), takes writes; with it,
+///   a new connection to a read-only server is refused. After a failover or a
+///   switchover, the first call that loses its connection (or meets a read-only server,
+///   SQLSTATE 25006) finds the new primary and points the pool at it, within its retry
+///   budget. Of `options`, what SeaORM lets one read is kept (pool sizes, timeouts,
+///   logging, the idle ping); callbacks (`after_connect`, `map_sqlx_*`) are not.
 ///
 /// # Errors
-/// As [`connect`].
+/// As [`connect`]; with several hosts, [`DedupError::ConnectionLost`] when none of them
+/// answers (or, with `target_session_attrs=read-write`, takes writes).
 pub async fn connect_with(mut options: ConnectOptions) -> Result<DatabaseConnection, DedupError> {
     let url = options.get_url().to_owned();
     if url.starts_with("sqlite:") {
@@ -80,6 +92,10 @@ pub async fn connect_with(mut options: ConnectOptions) -> Result<DatabaseConnect
         }
     } else if options.get_max_connections().is_none() {
         options.max_connections(DEFAULT_MAX_CONNECTIONS);
+    }
+    #[cfg(feature = "postgres")]
+    if let Some(hosts) = formation::parse(&url) {
+        return formation::connect(&options, hosts).await;
     }
     let db = Database::connect(options).await?;
     // A database SeaORM connects to but task-dedup was built without says so now, not at

@@ -128,7 +128,16 @@ impl<'c> Retrying<'c> {
         let pool = self.pool?;
         // Boxed: rare, and its pings' state would otherwise sit in every call's future.
         let recover = Box::pin(async move {
-            pool.close_dead_connections().await;
+            // A pool opened on several hosts: the primary may have moved.
+            #[cfg(feature = "postgres")]
+            let moved = match pool {
+                Pool::Postgres(pool) => super::formation::repoint(pool).await,
+                #[allow(unreachable_patterns)]
+                _ => false,
+            };
+            #[cfg(not(feature = "postgres"))]
+            let moved = false;
+            pool.close_dead_connections(moved).await;
             tokio::time::sleep(reconnect_pause(lost)).await;
         });
         match tokio::time::timeout_at(deadline, recover).await {

@@ -62,6 +62,12 @@ async fn check<C: DedupConnection + ?Sized>(
     };
     match guarded {
         Guarded::Yes => {
+            // Whether the reads that answer `Existing` must wait for the other nodes'
+            // commits (MariaDB Galera): looked up now, once, rather than on a hit.
+            #[cfg(feature = "mysql")]
+            if exec.dialect() == crate::dialect::Dialect::MySql {
+                exec.is_galera().await?;
+            }
             lock().insert(key);
             Ok(())
         }

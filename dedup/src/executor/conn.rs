@@ -98,13 +98,16 @@ impl<'c> Pool<'c> {
     /// dropped them), so the next statements get live or new ones. Called after a lost
     /// connection only: one ping per idle connection then, nothing on the way to a
     /// healthy database.
-    pub(crate) async fn close_dead_connections(self) {
+    ///
+    /// `all`: every idle connection (a pool pointed at another host: they are to the
+    /// former one).
+    pub(crate) async fn close_dead_connections(self, all: bool) {
         macro_rules! sweep {
-            ($pool:expr) => {{
+            ($pool:expr, $live:expr) => {{
                 let mut live = Vec::new();
                 // Idle connections only: those in use are someone else's.
                 while let Some(mut conn) = $pool.try_acquire() {
-                    if sqlx::Connection::ping(&mut *conn).await.is_ok() {
+                    if $live(&mut *conn).await {
                         live.push(conn);
                     } else {
                         conn.close_on_drop();
@@ -115,13 +118,37 @@ impl<'c> Pool<'c> {
         }
         match self {
             #[cfg(feature = "postgres")]
-            Pool::Postgres(pool) => sweep!(pool),
+            // A server that became read-only (a former primary, demoted) answers a ping
+            // but refuses every write (25006): closed too.
+            Pool::Postgres(pool) => sweep!(pool, async |conn: &mut sqlx::PgConnection| {
+                !all && takes_writes(conn).await
+            }),
             #[cfg(feature = "mysql")]
-            Pool::MySql(pool) => sweep!(pool),
+            Pool::MySql(pool) => sweep!(pool, async |conn: &mut sqlx::MySqlConnection| {
+                !all && sqlx::Connection::ping(conn).await.is_ok()
+            }),
             #[cfg(feature = "sqlite")]
-            Pool::Sqlite(pool) => sweep!(pool),
+            Pool::Sqlite(pool) => sweep!(pool, async |conn: &mut sqlx::SqliteConnection| {
+                !all && sqlx::Connection::ping(conn).await.is_ok()
+            }),
         }
     }
+}
+
+/// Whether the PostgreSQL server of `conn` takes writes (`transaction_read_only` is
+/// off: not a standby, nor a primary still being promoted); `false` when it does not
+/// answer. In the simple query protocol: no prepared statement, which a transaction
+/// pooler in front may not keep.
+#[cfg(feature = "postgres")]
+pub(crate) async fn takes_writes(conn: &mut sqlx::PgConnection) -> bool {
+    use sqlx::Row;
+    sqlx::raw_sql(sqlx::AssertSqlSafe("SHOW transaction_read_only"))
+        .fetch_one(conn)
+        .await
+        .is_ok_and(|row| {
+            row.try_get::<String, _>(0)
+                .is_ok_and(|value| value == "off")
+        })
 }
 
 /// A connection taken from a [`Pool`] for several statements.

@@ -30,6 +30,8 @@ use uuid::Uuid;
 pub(crate) use self::admin::ListArgs;
 use self::args::Arg;
 pub(crate) use self::conn::Pool;
+#[cfg(feature = "postgres")]
+pub(crate) use self::conn::takes_writes;
 use self::conn::{Conn, Txn};
 use self::row::TaskRow;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
@@ -549,10 +551,10 @@ impl<'c> Executor<'c> {
     }
 
     /// Whether the database is a node of a MariaDB Galera cluster: looked up once per
-    /// database (and once for the caller's transactions), on the first read that needs
-    /// to know.
+    /// database (and once for the caller's transactions), by the enqueue's check of the
+    /// schema ([`guard`](crate::enqueue)) or the first read that needs to know.
     #[cfg(feature = "mysql")]
-    async fn is_galera(&mut self) -> Result<bool, Failure> {
+    pub(crate) async fn is_galera(&mut self) -> Result<bool, Failure> {
         let identity = self.database_identity();
         if let Some(galera) = galera::known(identity) {
             return Ok(galera);

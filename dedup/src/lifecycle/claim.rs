@@ -43,7 +43,8 @@ pub(crate) struct Claimed {
     /// For a rate-limited type whose tasks are due: when its window opens (the next
     /// window when this one is full, by the database's clock; now when this claim's
     /// tasks went to a window with room left). The earliest of the types claimed;
-    /// `None` when no rate decided what this claim took.
+    /// `None` when no rate decided what this claim took. Read by the Worker.
+    #[cfg_attr(not(feature = "worker"), allow(dead_code))]
     pub window_opens: Option<Instant>,
 }
 

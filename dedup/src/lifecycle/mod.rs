@@ -20,6 +20,7 @@ mod reap;
 mod transition;
 
 /// The Worker's claim: [`TaskLifecycle::claim_many`] and when a rate's window opens.
+#[cfg(feature = "worker")]
 pub(crate) use claim::claim_many;
 
 use std::time::Duration;

@@ -131,3 +131,68 @@ pub async fn node_pool(url: &str, size: u32) -> DatabaseConnection {
         }
     }
 }
+
+/// A fresh, migrated database on a PostgreSQL formation under pg_auto_failover (a
+/// primary and a synchronous standby), reached through the formation's URL with both
+/// hosts and `target_session_attrs=read-write`.
+pub struct Formation {
+    /// This test's database on the formation's multi-host URL.
+    pub url: String,
+    /// A pool on it ([`task_dedup::connect`]: on the primary, repointed after a failover).
+    pub db: DatabaseConnection,
+    /// The shell command that controls the formation (`.ci/pg-auto-failover.sh`:
+    /// `switchover`, `kill-primary`, `wait-primary`).
+    pub control: String,
+    admin_url: String,
+    name: String,
+}
+
+impl Formation {
+    /// A fresh, migrated database on the formation; `None` (a line on stderr) when
+    /// `TASK_DEDUP_PGAF_URL` or `TASK_DEDUP_PGAF_CTL` is not set.
+    pub async fn create(test: &str) -> Option<Formation> {
+        let admin_url = required(
+            "TASK_DEDUP_PGAF_URL",
+            "the pg_auto_failover suite (.ci/pg-auto-failover.sh start)",
+        )?;
+        let control = required(
+            "TASK_DEDUP_PGAF_CTL",
+            "the pg_auto_failover suite (.ci/pg-auto-failover.sh)",
+        )?;
+        let name = format!(
+            "tdf_{}_{}",
+            crate::short(test),
+            uuid::Uuid::now_v7().simple()
+        );
+        let admin = task_dedup::connect(&admin_url).await.expect("the primary");
+        admin
+            .execute_unprepared(&format!("CREATE DATABASE {name}"))
+            .await
+            .expect("create database");
+        admin.close().await.expect("close");
+        let url = with_database(&admin_url, &name);
+        let db = task_dedup::connect(&url).await.expect("pool");
+        Migrator::up(&db, None).await.expect("migrations apply");
+        Some(Formation {
+            url,
+            db,
+            control,
+            admin_url,
+            name,
+        })
+    }
+
+    /// Drops the database (on whichever host is the primary by then).
+    pub async fn remove(self) {
+        let _ = self.db.close().await;
+        if let Ok(admin) = task_dedup::connect(&self.admin_url).await {
+            let _ = admin
+                .execute_unprepared(&format!(
+                    "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                    self.name
+                ))
+                .await;
+            let _ = admin.close().await;
+        }
+    }
+}

@@ -157,6 +157,10 @@ const QUERY_CANCELED: &str = "57014";
 const LOCK_NOT_AVAILABLE: &str = "55P03";
 /// SQLSTATE of a relation that does not exist.
 const UNDEFINED_TABLE: &str = "42P01";
+/// SQLSTATE of a write on a read-only server: a standby, or a primary an HA manager
+/// demoted (or is still promoting). Another connection, to the primary, takes it: a
+/// lost connection for the retry driver, whose sweep closes the read-only ones.
+const READ_ONLY_SQL_TRANSACTION: &str = "25006";
 /// SQLSTATE of a column that does not exist.
 const UNDEFINED_COLUMN: &str = "42703";
 /// SQLSTATE of an `ON CONFLICT` target no unique index matches.
@@ -170,7 +174,9 @@ pub(super) fn kind(e: &PgDatabaseError) -> Kind {
         UNIQUE_VIOLATION if e.constraint() == Some(RUNNING_RESOURCE_UIDX) => Kind::RunningKey,
         UNIQUE_VIOLATION if e.constraint() == Some(SLOT_UIDX) => Kind::SlotTaken,
         SERIALIZATION_FAILURE | DEADLOCK_DETECTED => Kind::TransactionConflict,
-        ADMIN_SHUTDOWN | CRASH_SHUTDOWN | CANNOT_CONNECT_NOW => Kind::ConnectionLost,
+        ADMIN_SHUTDOWN | CRASH_SHUTDOWN | CANNOT_CONNECT_NOW | READ_ONLY_SQL_TRANSACTION => {
+            Kind::ConnectionLost
+        }
         code if code.starts_with(CONNECTION_EXCEPTION_CLASS) => Kind::ConnectionLost,
         QUERY_CANCELED | LOCK_NOT_AVAILABLE => Kind::Timeout,
         _ => Kind::Other,

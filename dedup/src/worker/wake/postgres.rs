@@ -37,6 +37,15 @@ pub(crate) const CHECK_WAIT: Duration = Duration::from_secs(2);
 /// How often a listener that heard its probe checks again.
 pub(crate) const RECHECK_EVERY: Duration = Duration::from_secs(60);
 
+/// The first pause before the listener listens again after its connection failed:
+/// doubled at each failure in a row, up to 1 s. Short at first, so that after a
+/// failover the wake-ups are back within a second of the new primary taking writes.
+const RELISTEN_FIRST: Duration = Duration::from_millis(100);
+
+/// A listener that listened this long before failing starts again from
+/// [`RELISTEN_FIRST`].
+const LISTENED_LONG: Duration = Duration::from_secs(10);
+
 /// A worker's PostgreSQL listener, until its worker stops.
 pub(in crate::worker) struct Listener {
     /// The worker's pool, where the listener takes its connection unless `url`.
@@ -74,20 +83,27 @@ impl From<sea_orm::sqlx::Error> for Stopped {
 impl Listener {
     /// Listens, and rings the bell for each notification, until `stop` or a check goes
     /// unheard. Rings too after listening again on a new connection (what was notified
-    /// meanwhile is lost); when that fails, tries again a second later, the worker's
-    /// poll covering the gap.
+    /// meanwhile is lost); when that fails, tries again after a pause growing from
+    /// 100 ms to 1 s, the worker's poll covering the gap. On a pool opened on several
+    /// hosts it first looks for the primary (a failover moved it: the pool's own calls
+    /// may not have noticed yet).
     pub(in crate::worker) async fn run(self, stop: CancellationToken) {
+        let mut failures: u32 = 0;
         loop {
+            let listening_since = Instant::now();
             let stopped = tokio::select! {
                 () = stop.cancelled() => return,
                 stopped = self.listen() => stopped,
             };
+            if listening_since.elapsed() > LISTENED_LONG {
+                failures = 0;
+            }
             self.listening.store(false, Ordering::Relaxed);
             self.bell.notify_waiters();
             self.cancels.notify_waiters();
             match stopped {
                 Stopped::Failed(err) => {
-                    tracing::warn!(error = %err, "wake-up listener failed; listening again in 1 s (polling meanwhile)");
+                    tracing::warn!(error = %err, "wake-up listener failed; listening again (polling meanwhile)");
                 }
                 Stopped::Unheard(why) => {
                     self.unheard.fetch_add(1, Ordering::Relaxed);
@@ -102,9 +118,14 @@ impl Listener {
                     return;
                 }
             }
+            let pause = RELISTEN_FIRST * 2u32.pow(failures.min(4));
+            failures += 1;
             tokio::select! {
                 () = stop.cancelled() => return,
-                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                () = tokio::time::sleep(pause.min(Duration::from_secs(1))) => {}
+            }
+            if self.url.is_none() {
+                crate::connect::formation::repoint(&self.pool).await;
             }
         }
     }
