@@ -192,10 +192,21 @@ pub(crate) async fn connect(
     }
     let db = sea_orm::Database::connect(single).await?;
     if let Ok(mut formations) = FORMATIONS.write() {
-        formations.push(Arc::new(Formation {
-            hosts: parsed,
-            read_write: hosts.read_write,
-        }));
+        let known = formations.iter().any(|formation| {
+            formation.read_write == hosts.read_write
+                && formation.hosts.len() == parsed.len()
+                && formation
+                    .hosts
+                    .iter()
+                    .zip(&parsed)
+                    .all(|(a, b)| same_host(a, b))
+        });
+        if !known {
+            formations.push(Arc::new(Formation {
+                hosts: parsed,
+                read_write: hosts.read_write,
+            }));
+        }
     }
     Ok(db)
 }
