@@ -968,7 +968,18 @@ async fn assert_serial_upgrade(db: &TestDb, running: &[uuid::Uuid], follow_up: u
     }
     assert_eq!(db.db.claim("w", &[], lease).await.expect("claim"), None);
     finish(db, running[0]).await;
-    let next = db.db.claim("w", &[], lease).await.expect("claim");
+    // Claimed as a worker would, polling: PostgreSQL answers the refused UPDATE above
+    // before its session has let go of the follow-up's row lock, which a claim
+    // (`SKIP LOCKED`) then passes over for a moment (seen once in CI, on a loaded
+    // machine).
+    let polled = std::time::Instant::now();
+    let next = loop {
+        let next = db.db.claim("w", &[], lease).await.expect("claim");
+        if next.is_some() || polled.elapsed() > std::time::Duration::from_secs(2) {
+            break next;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
     assert_eq!(next.map(|t| t.id), Some(follow_up));
 }
 
