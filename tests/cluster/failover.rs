@@ -4,11 +4,12 @@
 //! killed with `pg_ctl stop -m immediate`.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use harness::cluster::{Formation, control};
+
+use crate::load::Load;
 use sea_orm::DatabaseConnection;
 use task_dedup::{NewTask, TaskDedup, TaskKey, Wakeups, Worker, task_run};
 use tokio_util::sync::CancellationToken;
@@ -100,35 +101,11 @@ async fn a_switchover_and_a_killed_primary_lose_no_acknowledged_create() {
         ),
     ];
 
-    let stop = CancellationToken::new();
-    let (calls, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let callers: Vec<_> = (0..16)
-        .map(|i| {
-            let db = formation.db.clone();
-            let (stop, calls, failed) = (stop.clone(), calls.clone(), failed.clone());
-            tokio::spawn(async move {
-                let (mut acknowledged, mut errors) = (Vec::new(), Vec::new());
-                let mut seq = 0;
-                while !stop.is_cancelled() {
-                    seq += 1;
-                    let task = NewTask::new(key("render", &format!("caller-{i}-{seq}")))
-                        .retry_budget(Duration::from_secs(30));
-                    calls.fetch_add(1, Ordering::Relaxed);
-                    match db.find_or_enqueue(task).await {
-                        // A fresh key: created, or `Existing` when an attempt lost with
-                        // its connection had created it.
-                        Ok(outcome) => acknowledged.push(outcome.task().id),
-                        Err(e) => {
-                            failed.fetch_add(1, Ordering::Relaxed);
-                            errors.push(format!("{e:?}"));
-                        }
-                    }
-                    tokio::time::sleep(Duration::from_millis(2)).await;
-                }
-                (acknowledged, errors)
-            })
-        })
-        .collect();
+    let load = Load::start(
+        std::slice::from_ref(&formation.db),
+        16,
+        Duration::from_millis(2),
+    );
 
     tokio::time::sleep(Duration::from_secs(3)).await;
     control(&formation.control, &["switchover"]).await;
@@ -138,38 +115,22 @@ async fn a_switchover_and_a_killed_primary_lose_no_acknowledged_create() {
     control(&formation.control, &["wait-primary"]).await;
     let after_failover = wake_up_after_the_move(&formation.db, &started, "failover").await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    stop.cancel();
+    let tally = load.finish().await;
 
-    let (mut acknowledged, mut errors) = (HashSet::new(), Vec::new());
-    for caller in callers {
-        let (ids, errs) = caller.await.expect("caller");
-        acknowledged.extend(ids);
-        errors.extend(errs);
-    }
-    let (calls, failed) = (
-        calls.load(Ordering::Relaxed),
-        failed.load(Ordering::Relaxed),
-    );
     eprintln!(
-        "[failover] {calls} calls, {failed} failed, {} acknowledged creates; a wake-up \
+        "[failover] {} calls, {} failed, {} acknowledged creates; a wake-up \
          {after_switchover:?} after the switchover, {after_failover:?} after the failover",
-        acknowledged.len()
+        tally.calls,
+        tally.errors.len(),
+        tally.acknowledged.len()
     );
-    assert!(
-        failed * 200 <= calls,
-        "{failed} of {calls} calls failed: {errors:?}"
-    );
+    tally.assert_few_failed();
     let stored: HashSet<Uuid> = harness::rows::all(&formation.db)
         .await
         .into_iter()
         .map(|t| t.id)
         .collect();
-    let missing: Vec<_> = acknowledged.difference(&stored).collect();
-    assert!(
-        missing.is_empty(),
-        "{} acknowledged creates missing: {missing:?}",
-        missing.len()
-    );
+    tally.assert_all_stored(&stored, "the new primary");
     assert_eq!(harness::keys_with_two_active(&formation.db).await, 0);
     for (what, took) in [
         ("switchover", after_switchover),

@@ -8,11 +8,12 @@
 //! 1213, as a deadlock).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use harness::cluster::{Galera, control, required};
+
+use crate::load::Load;
 use sea_orm::{ConnectionTrait, DatabaseConnection};
 use task_dedup::{
     Enqueued, NewTask, Scope, TaskDedup, TaskKey, TaskLifecycle, Worker, WorkerReport, task_run,
@@ -321,36 +322,7 @@ async fn a_node_killed_under_load_loses_no_acknowledged_create() {
     let Some(cluster) = Galera::create("node_killed").await else {
         return;
     };
-    let stop = CancellationToken::new();
-    let (calls, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let callers: Vec<_> = (0..16)
-        .map(|i| {
-            let node = cluster.nodes[i % 3].clone();
-            let (stop, calls, failed) = (stop.clone(), calls.clone(), failed.clone());
-            tokio::spawn(async move {
-                let mut acknowledged = Vec::new();
-                let mut errors = Vec::new();
-                let mut seq = 0;
-                while !stop.is_cancelled() {
-                    seq += 1;
-                    let task = NewTask::new(key(&format!("caller-{i}-{seq}")))
-                        .retry_budget(Duration::from_secs(30));
-                    calls.fetch_add(1, Ordering::Relaxed);
-                    match node.find_or_enqueue(task).await {
-                        // A fresh key: created, or `Existing` when an attempt lost
-                        // with its connection had created it (the retry finds it by id).
-                        Ok(outcome) => acknowledged.push(outcome.task().id),
-                        Err(e) => {
-                            failed.fetch_add(1, Ordering::Relaxed);
-                            errors.push(format!("{e:?}"));
-                        }
-                    }
-                }
-                (acknowledged, errors)
-            })
-        })
-        .collect();
-
+    let load = Load::start(&cluster.nodes, 16, Duration::ZERO);
     tokio::time::sleep(Duration::from_secs(3)).await;
     control(&kill, &["3"]).await;
     let killed = Instant::now();
@@ -358,34 +330,17 @@ async fn a_node_killed_under_load_loses_no_acknowledged_create() {
     control(&restart, &["3"]).await;
     let rejoined = killed.elapsed();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    stop.cancel();
+    let tally = load.finish().await;
 
-    let mut acknowledged = HashSet::new();
-    let mut errors = Vec::new();
-    for caller in callers {
-        let (ids, errs) = caller.await.expect("caller");
-        acknowledged.extend(ids);
-        errors.extend(errs);
-    }
-    let (calls, failed) = (
-        calls.load(Ordering::Relaxed),
-        failed.load(Ordering::Relaxed),
-    );
-    let mut kinds: HashMap<&str, usize> = HashMap::new();
-    for error in &errors {
-        *kinds
-            .entry(error.split(['(', ' ']).next().unwrap_or(error))
-            .or_default() += 1;
-    }
     eprintln!(
-        "[galera] {calls} calls, {failed} failed ({kinds:?}), {} acknowledged creates; \
-         node 3 back after {rejoined:?}",
-        acknowledged.len()
+        "[galera] {} calls, {} failed ({:?}), {} acknowledged creates; node 3 back after \
+         {rejoined:?}",
+        tally.calls,
+        tally.errors.len(),
+        tally.failures(),
+        tally.acknowledged.len()
     );
-    assert!(
-        failed * 200 <= calls,
-        "{failed} of {calls} calls failed: {errors:?}"
-    );
+    tally.assert_few_failed();
     assert_no_key_twice_active(&cluster).await;
     for (n, url) in cluster.urls.iter().enumerate() {
         let node = causal(url).await;
@@ -394,13 +349,7 @@ async fn a_node_killed_under_load_loses_no_acknowledged_create() {
             .into_iter()
             .map(|t| t.id)
             .collect();
-        let missing: Vec<_> = acknowledged.difference(&stored).collect();
-        assert!(
-            missing.is_empty(),
-            "node {}: {} acknowledged creates missing: {missing:?}",
-            n + 1,
-            missing.len()
-        );
+        tally.assert_all_stored(&stored, &format!("node {}", n + 1));
     }
     cluster.remove().await;
 }

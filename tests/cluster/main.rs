@@ -9,6 +9,7 @@
 
 mod failover;
 mod galera;
+mod load;
 
 /// Held by each test for its whole run.
 async fn serial() -> tokio::sync::MutexGuard<'static, ()> {

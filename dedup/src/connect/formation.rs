@@ -28,7 +28,7 @@ use crate::values::error::DedupError;
 /// it has), and only a timed-out acquire lets the retry driver point the pool at the
 /// new primary: so a second, not SeaORM's 30 s. A pool busy for longer than that times
 /// out too, which the retry driver also takes as a lost connection and retries.
-pub(crate) const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(1);
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// How long the probe of one host may take (connect and ask): a host that is down must
 /// not hold up the search for the one that is up.

@@ -402,14 +402,8 @@ impl Executor<'_> {
                     .claims
                     .claimed
                     .render(0, &[("ids", ids.len())]);
-                let mut tasks = self.tasks(read, args::ids(self.dialect, ids)).await?;
-                // Those no longer queued were not claimed (the transaction's write
-                // locks keep the others as the UPDATE left them).
-                tasks.retain(|t| {
-                    t.status == task_dedup_entity::TaskStatus::Running
-                        && t.lease_owner.as_deref() == Some(worker_id)
-                });
-                Ok(tasks)
+                let tasks = self.tasks(read, args::ids(self.dialect, ids)).await?;
+                Ok(super::mysql::moved_by(tasks, worker_id))
             }
             #[allow(unreachable_patterns)]
             _ => self.tasks(sql, values).await,

@@ -146,20 +146,25 @@ pub(super) async fn claim(
             return Ok(Vec::new());
         }
         let read = claims.claimed.render(0, &count);
-        let mut tasks = txn
+        let tasks = txn
             .tasks(read, ids.into_iter().map(Arg::Uuid).collect())
             .await?;
-        // A task another claim moved first (on Galera: another node's, applied here
-        // after the SELECT) was left as that claim wrote it; this transaction's write
-        // locks keep the ones it moved as it moved them.
-        tasks.retain(|t| {
-            t.status == task_dedup_entity::TaskStatus::Running
-                && t.lease_owner.as_deref() == Some(worker_id)
-        });
-        Ok(tasks)
+        Ok(moved_by(tasks, worker_id))
     }
     .await;
     txn.finish(outcome).await
+}
+
+/// Of the tasks a claim's `UPDATE ... AND status = 'queued'` was given, read back in its
+/// transaction, those it moved: running under `worker_id`. A task another claim moved
+/// first (on Galera: another node's, applied here after the SELECT) is as that claim
+/// left it; the transaction's write locks keep the ones it moved as it moved them.
+pub(super) fn moved_by(mut tasks: Vec<task_run::Model>, worker_id: &str) -> Vec<task_run::Model> {
+    tasks.retain(|t| {
+        t.status == task_dedup_entity::TaskStatus::Running
+            && t.lease_owner.as_deref() == Some(worker_id)
+    });
+    tasks
 }
 
 /// A compare-and-set transition (`sql` with `values`) of task `id`, then the row as it
